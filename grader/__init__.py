@@ -1,0 +1,1 @@
+"""ucutlass.grader: checks and times candidates against a problem's reference."""

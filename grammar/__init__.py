@@ -1,0 +1,1 @@
+"""Package data: grammar (found through importlib.resources)."""

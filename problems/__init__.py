@@ -1,0 +1,1 @@
+"""Package data: problems (found through importlib.resources)."""

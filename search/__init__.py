@@ -1,0 +1,1 @@
+"""ucutlass.search: the Optuna tuner (``ucutlass tune``)."""

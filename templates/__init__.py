@@ -1,0 +1,1 @@
+"""Package data: templates (found through importlib.resources)."""

@@ -1,0 +1,40 @@
+"""Shared fixtures. GPU tests carry the ``gpu`` marker and skip without CUDA; nvcc tests skip without nvcc."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_SOL_EXECBENCH = Path(os.environ.get("UCUTLASS_SOL_EXECBENCH", REPO.parent / "shared" / "sol-execbench"))
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    has_cuda = _cuda_available()
+    has_nvcc = bool(os.environ.get("CUDACXX") or shutil.which("nvcc") or
+                    (os.environ.get("CUDA_HOME") and Path(os.environ["CUDA_HOME"], "bin", "nvcc").exists()))
+    for item in items:
+        if "gpu" in item.keywords and not has_cuda:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)"))
+        if "nvcc" in item.keywords and not has_nvcc:
+            item.add_marker(pytest.mark.skip(reason="needs nvcc"))
+
+
+@pytest.fixture(scope="session")
+def sol_execbench_dir() -> Path:
+    """../shared/sol-execbench (real SOL-ExecBench problems); skips when absent."""
+    if not SHARED_SOL_EXECBENCH.is_dir():
+        pytest.skip(f"{SHARED_SOL_EXECBENCH} not present")
+    return SHARED_SOL_EXECBENCH

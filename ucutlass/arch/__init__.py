@@ -1,0 +1,1 @@
+"""Architecture rules: what each target accepts, checked before nvcc."""
