@@ -1,1 +1,183 @@
-"""ucutlass.search: the Optuna tuner (``ucutlass tune``)."""
+"""ucutlass.search: the Optuna tuner behind ``ucutlass tune PROBLEM``.
+
+Modules: :mod:`.space` (choices → Optuna distributions, arch-rule pruning), :mod:`.budget` (SOL-driven
+trial budget and stop rules), :mod:`.tuner` (the ask-and-tell loop), :mod:`.measure` (nvcc builder and
+grader measurer), :mod:`.report` (best.ucut, table, JSON, plot). :func:`tune` wires them together.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ucutlass.errors import UcutError
+
+from .budget import StopRule, geomean, headroom, trial_budget
+from .space import SearchSpace
+from .tuner import Candidate, Outcome, Tuner, TuneConfig, TuneResult, representative_workloads
+
+__all__ = ["tune", "plan", "TunePlan", "NoGpuError", "SearchSpace", "Tuner", "TuneConfig", "TuneResult",
+           "Candidate", "Outcome", "StopRule", "trial_budget", "headroom", "geomean",
+           "representative_workloads"]
+
+NO_GPU_MESSAGE = """\
+ucutlass tune needs a CUDA GPU to measure candidates, and torch sees none here
+(torch.cuda.is_available() is False).
+What works without a GPU:
+  ucutlass check FILE [--problem ID]   language errors, SM90 rules, binding to the problem
+  ucutlass compile FILE                generate CUTLASS C++ and compile it with nvcc (cached)
+  ucutlass sol PROBLEM                 T_SOL per workload (FLOPs, bytes, bound)
+  ucutlass tune PROBLEM --dry-run      the search space, legal configurations and tuned workloads"""
+
+
+class NoGpuError(UcutError):
+    """Raised by :func:`tune` when no CUDA GPU is visible; the message lists what still works."""
+
+    def __init__(self):
+        super().__init__(NO_GPU_MESSAGE)
+
+
+@dataclass
+class TunePlan:
+    """Everything decided before the first trial: binding, space, legal configs, tuned workloads."""
+
+    problem: object
+    program: object
+    binding: object
+    space: SearchSpace
+    legal: list
+    rejected: dict  # first violation message -> count
+    tuned: list
+    source_file: str
+
+    def describe(self, t_sol_ms: Callable | None = None) -> str:
+        k = self.space.kernel
+        lines = [f"problem {self.problem.id}: {len(self.problem.workloads)} workloads; kernel {k.name}",
+                 f"search space: {self.space.size} combinations of "
+                 + (", ".join(f"{key} ({len(c.options)})" for key, c in self.space.choices.items()) or "nothing"),
+                 f"legal under the SM90 rules: {len(self.legal)}"]
+        for msg, n in sorted(self.rejected.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  rejected {n}×: {msg}")
+        lines.append(f"tuned on {len(self.tuned)} representative workloads (the best is verified on all):")
+        for w in self.tuned:
+            ext = self.binding.extents(w)
+            sol = f"  T_SOL {t_sol_ms(w):.4f} ms" if t_sol_ms and t_sol_ms(w) else ""
+            lines.append(f"  {w.label():<40} M={ext['M']} N={ext['N']} K={ext['K']}{sol}")
+        return "\n".join(lines)
+
+
+def plan(problem, program, *, kernel: str | None = None, source_file: str = "<spec>",
+         max_workloads: int = 6) -> TunePlan:
+    """Bind, enumerate and prune the space (no GPU, no nvcc).
+
+    Raises:
+        CheckError: the program does not bind to the problem.
+        UcutError: no legal configuration remains.
+    """
+    from ucutlass.bind import bind
+
+    k = program.kernel(kernel)
+    binding = bind(k, problem)
+    extents = []
+    for w in problem.workloads:
+        e = binding.extents(w)
+        if e not in extents:
+            extents.append(e)
+    space = SearchSpace.of(program, k.name, extents)
+    legal, rejected = [], {}
+    for params in space.all_params():
+        v = space.violations(params)
+        if v:
+            rejected[v[0].message] = rejected.get(v[0].message, 0) + 1
+        else:
+            legal.append(params)
+    if not legal:
+        reasons = "; ".join(f"{m} ({n}×)" for m, n in rejected.items())
+        raise UcutError(f"no legal configuration in the space of {k.name}: {reasons}")
+    return TunePlan(problem, program, binding, space, legal, rejected,
+                    representative_workloads(binding, max_workloads), source_file)
+
+
+def _progress_printer(total_hint: int | None):
+    from tqdm import tqdm
+
+    state: dict = {"bar": None}
+
+    def on_event(ev: dict) -> None:
+        bar = state["bar"]
+        kind = ev["event"]
+        if kind == "reference":
+            print(f"timing the reference on {ev['workload']}", file=sys.stderr)
+        elif kind == "start":
+            print(f"budget {ev['budget']} trials (headroom torch/T_SOL = {ev['headroom']:.2f}×), "
+                  f"{ev['legal']} legal of {ev['space']} configs, sampler {ev['sampler']}"
+                  + (f", resuming after {ev['resumed']} finished trials" if ev["resumed"] else ""), file=sys.stderr)
+            state["bar"] = tqdm(total=ev["budget"], unit="trial", file=sys.stderr, dynamic_ncols=True)
+        elif kind == "trial" and bar is not None:
+            bar.update(1)
+            if ev["state"] == "COMPLETE":
+                bar.set_postfix_str(f"last {ev['value']:.3f} best {ev['best']:.3f} ×T_SOL")
+            else:
+                bar.write(f"trial {ev['number']} {ev['state']}: {ev.get('reason', '')[:160]}")
+        elif kind == "verify":
+            if bar is not None:
+                bar.close()
+                state["bar"] = None
+            print(f"verifying trial {ev['number']} on every workload", file=sys.stderr)
+        elif kind == "verify-failed":
+            print(f"  trial {ev['number']} failed verification: {ev['reason']}", file=sys.stderr)
+
+    return on_event
+
+
+def tune(problem, program, *, kernel: str | None = None, source_file: str = "<spec>",
+         out_dir: Path, storage: str | None = None, study_name: str | None = None,
+         config: TuneConfig = TuneConfig(), jobs: int | None = None, hardware: str = "local",
+         progress: bool = True) -> tuple[TuneResult, dict]:
+    """Tune ``program`` on ``problem``; write the results into ``out_dir``.
+
+    Args:
+        storage: Optuna storage URL; default ``sqlite:///<out_dir>/study.db`` (resumable).
+        hardware: spec for T_SOL (``local`` = calibrated or datasheet of this GPU, or a name from
+            ``ucutlass sol --list-gpus``).
+
+    Returns:
+        ``(TuneResult, {name: path of each file written})``.
+
+    Raises:
+        NoGpuError: no CUDA GPU visible.
+        CheckError / UcutError: the program does not bind or has no legal configuration.
+    """
+    import torch
+
+    from ucutlass.grader import Grader
+    from ucutlass.sol import analyze, load_hardware
+
+    from .measure import GraderMeasurer, NvccBuilder
+    from .report import write_outputs
+
+    p = plan(problem, program, kernel=kernel, source_file=source_file, max_workloads=config.max_workloads)
+    if not torch.cuda.is_available():
+        raise NoGpuError()
+    hw = load_hardware(hardware)
+    sol_cache: dict[str, float] = {}
+
+    def t_sol_ms(w):
+        if w.uuid not in sol_cache:
+            sol_cache[w.uuid] = analyze(problem, w, hw).t_sol_ms
+        return sol_cache[w.uuid]
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    storage = storage or f"sqlite:///{(out_dir / 'study.db').resolve()}"
+    on_event = _progress_printer(None) if progress else None
+    with Grader(problem, t_sol_ms=t_sol_ms) as grader:
+        tuner = Tuner(problem, p.binding, p.space, build=NvccBuilder(source_file, jobs=jobs),
+                      measure=GraderMeasurer(grader, source_file), t_sol_ms=t_sol_ms, config=config,
+                      storage=storage, study_name=study_name, progress=on_event)
+        result = tuner.run()
+        env = grader.environment()
+    extra = {"problem": problem.id, "hardware": {"name": hw.name, "method": hw.method},
+             "storage": storage, "environment": env}
+    return result, write_outputs(result, out_dir, extra)

@@ -22,7 +22,7 @@ class Diagnostic:
         pos: where (file, 1-based line and column).
         valid: the values that would be accepted here, when that set is known.
         code: a stable short identifier (e.g. ``sm90.cooperative-tile-m``) for tools and tests.
-        severity: ``error`` or ``warning``.
+        severity: ``error``, ``warning`` or ``note`` (a summary, e.g. how many choices are legal).
     """
 
     message: str

@@ -401,10 +401,18 @@ class Program:
             if choice.pos.start >= 0:
                 replacements.append((choice.pos.start, choice.pos.end, spelling))
         kernels = tuple(k.resolve(per_kernel.get(k.name, {})) for k in self.kernels)
+        if not self.source:
+            return dataclasses.replace(self, kernels=kernels)
         source = self.source
         for start, end, text in sorted(replacements, reverse=True):
             source = source[:start] + text + source[end:]
-        return dataclasses.replace(self, kernels=kernels, source=source)
+        # Re-parse so that the choices still open carry offsets into the new text.
+        from .dsl import parse
+
+        resolved = parse(source, self.file)
+        if resolved.kernels != kernels:
+            raise AssertionError("resolving the source text and the IR disagree; please report this")
+        return resolved
 
 
 def _jsonable(value: Any) -> Any:

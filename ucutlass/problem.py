@@ -222,7 +222,7 @@ class Problem:
         if spec.shape is None:
             return None
         try:
-            return tuple(int(axes[d]) if isinstance(d, str) else int(d) for d in spec.shape)
+            return tuple(int(d) if isinstance(d, int) or str(d).isdigit() else int(axes[d]) for d in spec.shape)
         except KeyError as e:
             raise ProblemError(f"{self.id}: {spec.name} uses unknown axis {e.args[0]!r}") from None
 
@@ -258,7 +258,9 @@ class Problem:
 
         Args:
             workload: which workload.
-            device: torch device (``"cuda"``, ``"cpu"`` or ``"meta"`` to only get shapes and dtypes).
+            device: torch device (``"cuda"``, ``"cpu"`` or ``"meta"`` to only get shapes and dtypes; on
+                ``"meta"`` the shapes and dtypes come from the definition, and a custom entry point is not
+                called: entry points may compute on their data, e.g. quantize or call ``.item()``).
             seed: seeds torch's generators first (same seed, same device → same inputs).
             module: a loaded :meth:`reference_module` to reuse (custom-inputs problems).
 
@@ -277,7 +279,7 @@ class Problem:
         dev = torch.device(device)
         axes = self.resolve_axes(workload)
         kinds = {n: workload.inputs.get(n, {"type": "random"}).get("type", "random") for n in self.inputs}
-        if self.custom_inputs_entrypoint:
+        if self.custom_inputs_entrypoint and dev.type != "meta":
             mod = module or self.reference_module()
             fn = getattr(mod, self.custom_inputs_entrypoint, None)
             if not callable(fn):
@@ -303,7 +305,7 @@ class Problem:
             kind = kinds[name]
             if kind == "scalar":
                 out[name] = workload.inputs[name]["value"]
-            elif kind == "random":
+            elif kind == "random" or (kind == "custom" and dev.type == "meta" and self.custom_inputs_entrypoint):
                 out[name] = _random_value(self.shape(spec, axes), torch_dtype(spec.dtype), dev)
             elif kind == "custom":
                 raise ProblemError(f"{self.id}: input {name!r} is 'custom' but the definition has no "

@@ -1,0 +1,114 @@
+"""Correctness checks, run in the grader's (trusted) parent process on buffers it owns.
+
+- :func:`poison`: what output buffers hold before a candidate writes them (NaN for floating dtypes, an
+  unlikely sentinel for integers), so an element the candidate never wrote fails.
+- :func:`compare`: SOL-ExecBench's tolerance semantics: an element matches when
+  ``|x − y| ≤ atol + rtol·|y|`` (computed in float32, or float64 for float64 and integer outputs); a
+  workload passes when the matched fraction ≥ ``required_matched_ratio``. An output element that is NaN
+  or ±Inf fails outright unless the reference holds the same value there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: Added to |y| in the relative error so zeros in the reference do not divide by zero.
+REL_EPS = 1e-8
+
+
+def poison_value(dtype) -> Any:
+    """The fill value of an output buffer before each call: NaN, or an integer sentinel.
+
+    Signed integers get their minimum, unsigned ones their maximum, bool gets True (no sentinel exists:
+    an unwritten bool output is only caught where the reference says False).
+    """
+    import torch
+
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    if dtype is torch.bool:
+        return True
+    info = torch.iinfo(dtype)
+    return info.min if info.min < 0 else info.max
+
+
+def poison(t) -> None:
+    """Fill a tensor with :func:`poison_value` in place."""
+    t.fill_(poison_value(t.dtype))
+
+
+def empty_poisoned(shape, dtype, device):
+    """A new tensor of ``shape``/``dtype`` on ``device`` filled with :func:`poison_value`."""
+    import torch
+
+    return torch.full(tuple(shape), poison_value(dtype), dtype=dtype, device=device)
+
+
+@dataclass
+class Comparison:
+    """How one output compares with the reference.
+
+    Attributes:
+        ok: passes the tolerance and holds no unexpected NaN/Inf.
+        max_absolute_error / max_relative_error: over elements finite in both.
+        matched_ratio: fraction of elements within tolerance (NaN/Inf count as matched only when equal
+            to the reference's).
+        nonfinite: output elements that are NaN/Inf where the reference is not the same value.
+        reason: one line when not ok.
+    """
+
+    ok: bool
+    max_absolute_error: float
+    max_relative_error: float
+    matched_ratio: float
+    nonfinite: int
+    numel: int
+    reason: str = ""
+
+
+def compare(out, ref, tolerance, name: str = "output") -> Comparison:
+    """Compare a candidate output ``out`` with the reference ``ref`` under a ``Tolerance``.
+
+    Shapes must already agree (the grader owns ``out`` and allocated it from the definition).
+    """
+    import torch
+
+    ref = torch.as_tensor(ref)
+    wide = out.dtype is torch.float64 or ref.dtype is torch.float64 or \
+        not (out.dtype.is_floating_point and ref.dtype.is_floating_point)
+    cdt = torch.float64 if wide else torch.float32
+    x = out.detach().to(cdt)
+    y = ref.detach().to(device=x.device, dtype=cdt)
+    if tuple(x.shape) != tuple(y.shape):
+        y = y.expand_as(x) if y.numel() == 1 else y  # a scalar reference against a 0-d/1-element buffer
+    numel = x.numel()
+    if numel == 0:
+        return Comparison(True, 0.0, 0.0, 1.0, 0, 0)
+    fx, fy = torch.isfinite(x), torch.isfinite(y)
+    both = fx & fy
+    same_special = (~fx | ~fy) & ((x == y) | (torch.isnan(x) & torch.isnan(y)))
+    diff = (x - y).abs()
+    within = both & (diff <= tolerance.max_atol + tolerance.max_rtol * y.abs())
+    matched = within | same_special
+    nonfinite = int((~fx & ~same_special).sum().item())
+    matched_ratio = float(matched.sum().item()) / numel
+    if bool(both.any().item()):
+        d = diff[both]
+        max_abs = float(d.max().item())
+        max_rel = float((d / (y[both].abs() + REL_EPS)).max().item())
+    else:
+        max_abs = max_rel = 0.0
+    reason = ""
+    if nonfinite:
+        reason = (f"{name}: {nonfinite} of {numel} elements are NaN/Inf where the reference is finite "
+                  "(unwritten elements stay NaN)")
+    elif matched_ratio < tolerance.required_matched_ratio:
+        reason = (f"{name}: {matched_ratio:.4%} of elements within atol={tolerance.max_atol:g}, "
+                  f"rtol={tolerance.max_rtol:g} (required {tolerance.required_matched_ratio:.2%}); "
+                  f"max abs error {max_abs:.4g}, max rel error {max_rel:.4g}")
+    return Comparison(ok=not reason, max_absolute_error=max_abs, max_relative_error=max_rel,
+                      matched_ratio=matched_ratio, nonfinite=nonfinite, numel=numel, reason=reason)
+
+
+__all__ = ["poison_value", "poison", "empty_poisoned", "compare", "Comparison", "REL_EPS"]

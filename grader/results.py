@@ -1,0 +1,260 @@
+"""Records of a grading run: one :class:`WorkloadResult` per (solution, workload), in the FlashInfer-Bench
+trace style, plus :func:`summarize` and :func:`format_table`.
+
+``WorkloadResult.to_json()``::
+
+    {"definition": ..., "workload": {"uuid", "axes"}, "solution": ...,
+     "evaluation": {"status", "reason", "log", "environment": {...}, "timestamp",
+                    "correctness": {"max_absolute_error", "max_relative_error", "matched_ratio",
+                                    "tolerance": {"max_atol", "max_rtol", "required_matched_ratio", "source"},
+                                    "trials", "checked_timed_sets"},
+                    "performance": {"latency_ms", "latency_p20_ms", "latency_p80_ms", "reference_latency_ms",
+                                    "speedup_factor", "t_sol_ms", "sol_score", "timed_calls", ...}}}
+
+``correctness`` is present when outputs were compared (PASSED, INCORRECT_NUMERICAL, FASTER_THAN_SOL),
+``performance`` when the candidate was timed (PASSED, FASTER_THAN_SOL).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import platform
+import socket
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping, Sequence
+
+
+class Status(str, enum.Enum):
+    """Outcome of grading one workload: FlashInfer-Bench's names plus CRASHED and FASTER_THAN_SOL."""
+
+    PASSED = "PASSED"
+    INCORRECT_SHAPE = "INCORRECT_SHAPE"          # wrong output count, name or shape
+    INCORRECT_DTYPE = "INCORRECT_DTYPE"          # not a plain torch.Tensor, wrong dtype or device
+    INCORRECT_NUMERICAL = "INCORRECT_NUMERICAL"  # outside tolerance, or NaN/Inf (unwritten outputs)
+    RUNTIME_ERROR = "RUNTIME_ERROR"              # the candidate raised
+    COMPILE_ERROR = "COMPILE_ERROR"              # the loader could not build the candidate
+    TIMEOUT = "TIMEOUT"                          # a request ran past timeout_s; the worker was killed
+    CRASHED = "CRASHED"                          # the worker died (signal, exit, lost CUDA context)
+    FASTER_THAN_SOL = "FASTER_THAN_SOL"          # correct but timed below T_SOL: flagged, never rewarded
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Correctness:
+    """Worst errors over all trials and outputs, and the tolerance they were judged by."""
+
+    max_absolute_error: float
+    max_relative_error: float
+    matched_ratio: float
+    tolerance: Mapping[str, Any]  # Tolerance.to_json(): max_atol, max_rtol, required_matched_ratio, source
+    trials: int = 0
+    checked_timed_sets: int = 0
+
+    def to_json(self) -> dict:
+        return {"max_absolute_error": _num(self.max_absolute_error),
+                "max_relative_error": _num(self.max_relative_error),
+                "matched_ratio": _num(self.matched_ratio), "tolerance": dict(self.tolerance),
+                "trials": self.trials, "checked_timed_sets": self.checked_timed_sets}
+
+
+@dataclass(frozen=True)
+class Performance:
+    """Timing of one workload: the candidate's median and spread, the reference's, and the SOL view."""
+
+    latency_ms: float
+    latency_p20_ms: float
+    latency_p80_ms: float
+    reference_latency_ms: float
+    speedup_factor: float
+    t_sol_ms: float | None = None
+    sol_score: float | None = None
+    timed_calls: int = 0
+    reference_latency_p20_ms: float | None = None
+    reference_latency_p80_ms: float | None = None
+    reference_timed_calls: int = 0
+
+    def to_json(self) -> dict:
+        return {"latency_ms": self.latency_ms, "latency_p20_ms": self.latency_p20_ms,
+                "latency_p80_ms": self.latency_p80_ms, "reference_latency_ms": self.reference_latency_ms,
+                "speedup_factor": self.speedup_factor, "t_sol_ms": self.t_sol_ms, "sol_score": self.sol_score,
+                "timed_calls": self.timed_calls, "reference_latency_p20_ms": self.reference_latency_p20_ms,
+                "reference_latency_p80_ms": self.reference_latency_p80_ms,
+                "reference_timed_calls": self.reference_timed_calls}
+
+
+@dataclass
+class WorkloadResult:
+    """The grade of one solution on one workload.
+
+    Attributes:
+        definition: the problem's name.
+        workload_uuid / axes / label: which workload.
+        solution: the solution's name.
+        status: a :class:`Status`.
+        reason: one line saying why, when not PASSED (FASTER_THAN_SOL says by how much).
+        log: the reason, a traceback when the candidate raised, and what the worker printed.
+        correctness / performance: None where that stage was not reached.
+    """
+
+    definition: str
+    workload_uuid: str
+    axes: Mapping[str, int]
+    label: str
+    solution: str
+    status: Status
+    reason: str = ""
+    log: str = ""
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    timestamp: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    correctness: Correctness | None = None
+    performance: Performance | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASSED
+
+    @property
+    def latency_ms(self) -> float | None:
+        return self.performance.latency_ms if self.performance else None
+
+    @property
+    def reference_latency_ms(self) -> float | None:
+        return self.performance.reference_latency_ms if self.performance else None
+
+    @property
+    def speedup(self) -> float | None:
+        return self.performance.speedup_factor if self.performance else None
+
+    @property
+    def t_sol_ms(self) -> float | None:
+        return self.performance.t_sol_ms if self.performance else None
+
+    @property
+    def sol_score(self) -> float | None:
+        return self.performance.sol_score if self.performance else None
+
+    def to_json(self) -> dict:
+        """The FlashInfer-Bench trace-style record (see the module docstring)."""
+        return {
+            "definition": self.definition,
+            "workload": {"uuid": self.workload_uuid, "axes": dict(self.axes)},
+            "solution": self.solution,
+            "evaluation": {
+                "status": self.status.value,
+                "reason": self.reason,
+                "log": self.log,
+                "environment": dict(self.environment),
+                "timestamp": self.timestamp,
+                "correctness": self.correctness.to_json() if self.correctness else None,
+                "performance": self.performance.to_json() if self.performance else None,
+            },
+        }
+
+
+def _num(x: float | None) -> float | None:
+    """JSON-safe: NaN/Inf become None."""
+    return None if x is None or not math.isfinite(x) else x
+
+
+# --- summaries -----------------------------------------------------------------------------------------
+
+def summarize(results: Sequence[WorkloadResult]) -> dict:
+    """One line of numbers over a solution's workloads.
+
+    Returns:
+        ``{"workloads", "passed", "failed", "all_passed", "statuses": {status: count},
+        "geomean_speedup", "mean_sol_score", "flagged"}`` where ``geomean_speedup`` is over PASSED
+        workloads (None if none), ``mean_sol_score`` averages the SOL score over every
+        workload, one that did not pass counting 0 (0.0 when none passed; None when a passed workload has
+        no score because no T_SOL was given), and
+        ``flagged`` counts FASTER_THAN_SOL results (to re-verify; they score 0 here).
+    """
+    n = len(results)
+    passed = [r for r in results if r.status is Status.PASSED]
+    speedups = [r.speedup for r in passed if r.speedup and r.speedup > 0]
+    geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
+    scores = [r.sol_score for r in passed]
+    mean_score = sum(scores) / n if n and all(s is not None for s in scores) else None  # type: ignore[misc]
+    return {
+        "workloads": n,
+        "passed": len(passed),
+        "failed": n - len(passed),
+        "all_passed": n > 0 and len(passed) == n,
+        "statuses": dict(Counter(r.status.value for r in results)),
+        "geomean_speedup": geo,
+        "mean_sol_score": mean_score,
+        "flagged": sum(r.status is Status.FASTER_THAN_SOL for r in results),
+    }
+
+
+def _fmt(x: float | None, spec: str = ".4g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def format_table(results: Iterable[WorkloadResult], *, reasons: bool = True) -> str:
+    """A plain-text table: workload, status, latency, reference, speedup, T_SOL, SOL score (and reason)."""
+    rows = [("workload", "status", "latency ms", "reference ms", "speedup", "T_SOL ms", "SOL score")]
+    notes = []
+    for r in results:
+        sp = f"{r.speedup:.3g}x" if r.speedup is not None else "-"
+        rows.append((r.label, r.status.value, _fmt(r.latency_ms), _fmt(r.reference_latency_ms), sp,
+                     _fmt(r.t_sol_ms), _fmt(r.sol_score, ".3f")))
+        if reasons and r.reason and r.status is not Status.PASSED:
+            notes.append(f"  {r.label}: {r.reason.splitlines()[0][:160]}")
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+             for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines + notes)
+
+
+# --- environment ---------------------------------------------------------------------------------------
+
+def _driver_version() -> str | None:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:
+        pass
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            text = f.read()
+        import re
+
+        m = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]+)", text)
+        return m.group(1) if m else None
+    except OSError:
+        return None
+
+
+def collect_environment(device) -> dict:
+    """Where a grade was measured: hardware, driver, library versions, host."""
+    import torch
+
+    import ucutlass
+
+    dev = torch.device(device)
+    env: dict[str, Any] = {"device": str(dev), "hostname": socket.gethostname(),
+                           "platform": platform.platform(), "cpu_count": os.cpu_count()}
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        env.update(hardware=props.name, compute_capability=f"{props.major}.{props.minor}",
+                   l2_cache_bytes=int(getattr(props, "L2_cache_size", 0) or 0), driver=_driver_version())
+    else:
+        env.update(hardware=platform.processor() or platform.machine() or "cpu", driver=None)
+    env["libs"] = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+                   "ucutlass": getattr(ucutlass, "__version__", None)}
+    return env
+
+
+__all__ = ["Status", "Correctness", "Performance", "WorkloadResult", "summarize", "format_table",
+           "collect_environment"]

@@ -1,0 +1,15 @@
+# Source this on the GPU machine (the `device` tool's copy of the repo): installs the carried wheels
+# (.whl/, from ../shared/tools/device-wheels.sh) and the project itself, non-editable, into /tmp/site.
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir \
+  --target /tmp/site .whl/*.whl . || return 1
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
+export UCUTLASS_CACHE_DIR=/tmp/ucutlass-cache
+# Problems copied from ../shared/sol-execbench into the ignored, carried .device/problems.
+[ -d .device/problems ] && export UCUTLASS_PROBLEMS=$PWD/.device/problems
+REPO=$PWD
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+  nvcc --version | tail -1; g++ --version | head -1
+  python3 -c "import torch, optuna, lark, cutlass_library; print('torch', torch.__version__, 'optuna', optuna.__version__)"
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"

@@ -1,0 +1,97 @@
+"""The search space of a `.ucut` program: its open ``{…}`` choices, pruned by the arch rules.
+
+Choices become Optuna ``CategoricalDistribution``s over their `.ucut` spellings (plain strings, as
+Optuna's distributions expect). Legality is decided before any compile by
+``ucutlass.arch.sm90.check_kernel`` with the extents of every workload the kernel must serve (so the
+16-byte alignment rule sees the real N and K).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+from optuna.distributions import CategoricalDistribution
+
+from ucutlass.arch import sm90
+from ucutlass.errors import Diagnostic
+from ucutlass.ir import Choice, GemmKernel, Program
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Open choices of one kernel of a program.
+
+    Attributes:
+        program: the program with its ``{…}`` choices.
+        kernel_name: the kernel being tuned.
+        choices: ``{setting key: Choice}`` (keys as in :meth:`GemmKernel.choices`, e.g. ``tile``).
+        extents: one ``{"M", "N", "K"}`` dict per workload the kernel must serve.
+    """
+
+    program: Program
+    kernel_name: str
+    choices: Mapping[str, Choice]
+    extents: tuple[Mapping[str, int], ...] = ()
+
+    @classmethod
+    def of(cls, program: Program, kernel_name: str | None = None,
+           extents: Sequence[Mapping[str, int]] = ()) -> "SearchSpace":
+        kernel = program.kernel(kernel_name)
+        return cls(program, kernel.name, kernel.choices(), tuple(extents))
+
+    @property
+    def kernel(self) -> GemmKernel:
+        return self.program.kernel(self.kernel_name)
+
+    @property
+    def size(self) -> int:
+        """Number of combinations before pruning."""
+        return math.prod(len(c.options) for c in self.choices.values()) if self.choices else 1
+
+    def distributions(self) -> dict[str, CategoricalDistribution]:
+        """Optuna distributions keyed by setting name, over `.ucut` spellings."""
+        return {key: CategoricalDistribution(list(c.spellings)) for key, c in self.choices.items()}
+
+    def picks(self, params: Mapping[str, str]) -> dict[str, object]:
+        """Typed values for Optuna params (spellings)."""
+        out = {}
+        for key, spelling in params.items():
+            choice = self.choices[key]
+            out[key] = choice.options[choice.spellings.index(spelling)]
+        return out
+
+    def concrete(self, params: Mapping[str, str]) -> GemmKernel:
+        """The concrete kernel for Optuna params."""
+        return self.kernel.resolve(self.picks(params))
+
+    def concrete_program(self, params: Mapping[str, str]) -> Program:
+        """The concrete program (source text rewritten) for Optuna params."""
+        return self.program.resolve({f"{self.kernel_name}.{k}": v for k, v in params.items()})
+
+    def violations(self, params: Mapping[str, str]) -> list[Diagnostic]:
+        """Arch-rule errors of one combination over every workload's extents (deduplicated)."""
+        kernel = self.concrete(params)
+        seen: dict[str, Diagnostic] = {}
+        for ext in self.extents or ({},):
+            for d in sm90.check_kernel(kernel, dict(ext) or None):
+                if d.severity == "error":
+                    seen.setdefault(d.message, d)
+        return list(seen.values())
+
+    def all_params(self) -> Iterator[dict[str, str]]:
+        """Every combination as Optuna params, in declaration order."""
+        keys = list(self.choices)
+        for combo in itertools.product(*(self.choices[k].spellings for k in keys)):
+            yield dict(zip(keys, combo))
+
+    def legal_params(self) -> list[dict[str, str]]:
+        """Every combination that passes the rules."""
+        return [p for p in self.all_params() if not self.violations(p)]
+
+
+def params_key(params: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """Hashable, order-independent key of a parameter dict."""
+    return tuple(sorted(params.items()))

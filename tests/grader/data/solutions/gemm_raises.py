@@ -1,0 +1,5 @@
+"""Raises when called."""
+
+
+def run(A, B, bias):
+    raise ValueError("boom: this solution always fails")

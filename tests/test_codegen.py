@@ -1,0 +1,133 @@
+"""Rendering `.ucut` kernels to CUTLASS C++ (no nvcc here; tests/test_compile_nvcc.py compiles)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ucutlass import codegen
+from ucutlass.dsl import parse
+from ucutlass.errors import CheckError
+
+EVT_FULL = """
+kernel evt : gemm {
+  a : bf16[M, K] row
+  b : bf16[N, K] row
+  d : bf16[M, N] row
+  tile = 128x256x64   cluster = 2x1x1   schedule = cooperative
+  epilogue {
+    bias     : bf16[N]
+    rowscale : f32[M]
+    residual : bf16[M, N] row
+    alpha    : f32
+    d = gelu_tanh(acc * rowscale * alpha + bias) + residual * 0.5
+  }
+}
+"""
+
+
+def render(text: str) -> str:
+    return codegen.render(parse(text).kernel())
+
+
+def evt_lines(src: str) -> list[str]:
+    return [line for line in src.splitlines() if line.startswith("using EvtNode")]
+
+
+def test_abi_order_is_operands_then_epilogue_tensors_then_scalars():
+    k = parse(EVT_FULL).kernel()
+    abi = codegen.abi_of(k)
+    assert abi.ptr_names == ("a", "b", "d", "bias", "rowscale", "residual")
+    assert abi.scalar_names == ("alpha",)
+
+
+def test_evt_tree_follows_the_expression():
+    src = render(EVT_FULL)
+    nodes = evt_lines(src)
+    kinds = [re.search(r"= fusion::(\w+)", n).group(1) for n in nodes]
+    # leaves first, each EVT node after its children, the root last
+    assert kinds.count("Sm90AccFetch") == 1
+    assert kinds.count("Sm90RowBroadcast") == 1  # bias[N]: one value per column
+    assert kinds.count("Sm90ColBroadcast") == 1  # rowscale[M]: one value per row
+    assert kinds.count("Sm90AuxLoad") == 1  # residual[M, N]
+    assert kinds.count("Sm90ScalarBroadcast") == 2  # alpha and 0.5
+    assert "GELU_taylor" in src
+    root = nodes[-1]
+    assert "cutlass::plus, ElementD" in root  # only the root converts to ElementD
+    assert "using FusionCallbacks = EvtNode%d;" % (len(nodes) - 1) in src
+    assert "scalars[0]" in src and "0.5f" in src
+    assert "AuxLoadDescriptor<EpiDesc, cutlass::layout::RowMajor, cutlass::bfloat16_t>" in src
+
+
+def test_plain_epilogue_wraps_acc_in_an_identity_root():
+    src = render("""kernel p : gemm { a : f16[M, K] row  b : f16[N, K] row  d : f32[M, N] row
+                    tile = 64x128x64 schedule = pingpong stages = 4 }""")
+    nodes = evt_lines(src)
+    assert len(nodes) == 2 and "Identity, ElementD" in nodes[1]
+    assert "StageCount<4>" in src and "StageCountAutoCarveout" not in src
+    assert "KernelTmaWarpSpecializedPingpong" in src and "epilogue::TmaWarpSpecialized;" in src
+    assert "using ElementD = float;" in src and "using ElementA = cutlass::half_t;" in src
+
+
+@pytest.mark.parametrize("a_decl,b_decl,layout_a,layout_b", [
+    ("a : bf16[M, K] row", "b : bf16[N, K] row", "RowMajor", "ColumnMajor"),  # nn.Linear: TN
+    ("a : bf16[M, K] col", "b : bf16[K, N] row", "ColumnMajor", "RowMajor"),
+    ("a : bf16[K, M] row", "b : bf16[N, K] col", "ColumnMajor", "RowMajor"),
+])
+def test_layouts_translate_to_cutlass_names(a_decl, b_decl, layout_a, layout_b):
+    src = render(f"kernel l : gemm {{ {a_decl}  {b_decl}  d : bf16[M, N] row }}")
+    assert f"using LayoutA = cutlass::layout::{layout_a};" in src
+    assert f"using LayoutB = cutlass::layout::{layout_b};" in src
+
+
+def test_source_operand_c_uses_src_fetch_and_element_c():
+    src = render("""kernel r : gemm { a : bf16[M, K] row  b : bf16[N, K] row  c : bf16[M, N] row
+                    d : bf16[M, N] row  epilogue { d = acc + c } }""")
+    assert "fusion::Sm90SrcFetch<ElementC>" in src
+    assert "using ElementC = cutlass::bfloat16_t;" in src
+    assert "static_cast<ElementC const*>(ptrs[2])" in src  # ptrs: a, b, c, d
+
+
+def test_stream_k_and_schedules():
+    src = render("kernel s : gemm { a : bf16[M, K] row b : bf16[N, K] row d : bf16[M, N] row "
+                 "tile = 128x128x64 schedule = cooperative scheduler = stream_k }")
+    assert "cutlass::gemm::StreamKScheduler" in src
+    assert "KernelTmaWarpSpecializedCooperative" in src
+
+
+def test_open_choices_are_not_rendered():
+    k = parse("kernel o : gemm { a : bf16[M, K] row b : bf16[N, K] row d : bf16[M, N] row "
+              "tile = {128x128x64, 128x256x64} }").kernel()
+    with pytest.raises(CheckError) as e:
+        codegen.render(k)
+    assert "open choices" in str(e.value) and "tile" in str(e.value)
+
+
+def test_rule_violation_is_rejected_before_rendering():
+    k = parse("kernel bad : gemm { a : bf16[M, K] row b : bf16[N, K] row d : bf16[M, N] row "
+              "tile = 64x128x64 schedule = cooperative }").kernel()
+    with pytest.raises(CheckError) as e:
+        codegen.render(k)
+    assert "cooperative" in str(e.value)
+
+
+def test_info_json_names_the_abi():
+    src = render(EVT_FULL)
+    info = re.search(r'R"UCUTINFO\((.*)\)UCUTINFO"', src).group(1)
+    import json
+
+    doc = json.loads(info)
+    assert doc["ptrs"] == ["a", "b", "d", "bias", "rowscale", "residual"]
+    assert doc["scalars"] == ["alpha"]
+    assert doc["digest"] == parse(EVT_FULL).kernel().digest()
+
+
+def test_template_has_no_undefined_holes(monkeypatch):
+    """StrictUndefined: a missing value is an error, never an empty string in C++."""
+    import jinja2
+
+    values = codegen.template_values(parse(EVT_FULL).kernel())
+    values.pop("tile_scheduler")
+    with pytest.raises(jinja2.UndefinedError):
+        codegen._environment().get_template("sm90_gemm.cu.j2").render(**values)

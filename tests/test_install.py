@@ -1,0 +1,58 @@
+"""A non-editable install finds its grammar, templates and shipped problems through importlib.resources.
+
+The project is installed with ``pip install --no-deps --target DIR .`` (dependencies come from the
+running environment) and exercised from another working directory, so nothing is read from the source
+tree: ``ucutlass.search`` and ``ucutlass.grader`` must come from the top-level folders' mapping, and the
+package data from the installed copy.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+PROBE = r"""
+import sys, ucutlass, ucutlass.search, ucutlass.grader
+from pathlib import Path
+target = Path(sys.argv[1]).resolve()
+for mod in (ucutlass, ucutlass.search, ucutlass.grader):
+    assert target in Path(mod.__file__).resolve().parents, (mod.__name__, mod.__file__)
+from ucutlass.dsl import parse
+from ucutlass.codegen import render
+from ucutlass.problem import find_problem, shipped_problems_dir
+assert target in shipped_problems_dir().resolve().parents
+p = find_problem("o_proj_residual_llama3_1_8b")
+prog = parse(p.spec_path.read_text(), str(p.spec_path))
+k = prog.resolve({"o_proj.tile": "128x128x64", "o_proj.cluster": "1x1x1", "o_proj.schedule": "cooperative",
+                  "o_proj.scheduler": "persistent"}).kernel()
+src = render(k)
+assert "Sm90SrcFetch" in src and "KernelTmaWarpSpecializedCooperative" in src
+from ucutlass.sol import load_hardware
+assert load_hardware("h200").name
+print("OK", len(src))
+"""
+
+
+@pytest.mark.slow
+def test_non_editable_install_has_its_data(tmp_path):
+    target = tmp_path / "site"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
+                          "--target", str(target), str(REPO)], capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "UCUTLASS_PROBLEMS")}
+    env["PYTHONPATH"] = str(target)
+    run = subprocess.run([sys.executable, "-c", PROBE, str(target)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.startswith("OK")
+    cli = target / "bin" / "ucutlass"
+    assert cli.is_file()
+    shown = subprocess.run([sys.executable, str(cli), "problems"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert "qkv_proj_bias_qwen2_5_7b" in shown.stdout, shown.stderr

@@ -1,0 +1,198 @@
+"""The tuner's loop on a CPU, with an injected builder and a fake timer (no nvcc, no GPU)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+
+from ucutlass.build import BuildResult
+from ucutlass.dsl import parse
+from ucutlass.problem import find_problem
+from ucutlass.search import SearchSpace, StopRule, TuneConfig, Tuner, plan, trial_budget
+from ucutlass.search.report import format_table, write_outputs
+from ucutlass.search.tuner import Outcome, representative_workloads
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+SPEC = """
+kernel qkv_proj : gemm {
+  a : bf16[M, K] row <- hidden_states
+  b : bf16[N, K] row <- qkv_weight
+  d : bf16[M, N] row -> qkv
+  tile      = {64x128x64, 128x128x64, 128x256x64, 256x128x64}
+  cluster   = {1x1x1, 2x1x1}
+  schedule  = {cooperative, pingpong}
+  epilogue {
+    bias : bf16[N] <- qkv_bias
+    d = acc + bias
+  }
+}
+"""
+
+PROBLEM = "qkv_proj_bias_qwen2_5_7b"
+
+
+class FakeBuild:
+    """Builds nothing; fails tile M = 256 (as if nvcc rejected it)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, candidates):
+        out = []
+        for c in candidates:
+            self.calls.append(c.params)
+            ok = not c.params["tile"].startswith("256")
+            out.append(BuildResult(key=c.kernel.digest(), name=c.kernel.config_name(), entry=Path("/nonexistent"),
+                                   so_path=Path("/nonexistent/kernel.so") if ok else None,
+                                   source_path=Path("/nonexistent/kernel.cu"), cached=False, seconds=0.0,
+                                   error="" if ok else "error: static assertion failed (fake)"))
+        return out
+
+
+class FakeMeasure:
+    """Deterministic times: a config's speed depends on its tile and cluster; optionally crashes one."""
+
+    SPEED = {"64x128x64": 3.0, "128x128x64": 1.6, "128x256x64": 1.2, "256x128x64": 1.1}
+
+    def __init__(self, crash_tile: str | None = None, sol_ms: float = 1.0):
+        self.crash_tile = crash_tile
+        self.sol_ms = sol_ms
+        self.measured = []
+        self.reference_calls = 0
+
+    def reference_ms(self, workload):
+        self.reference_calls += 1
+        return 3.0 * self.sol_ms
+
+    def __call__(self, cand, workloads):
+        self.measured.append(dict(cand.params))
+        if cand.params["tile"] == self.crash_tile:
+            return [Outcome(w, "CRASHED", message="illegal memory access (fake)") for w in workloads]
+        t = self.SPEED[cand.params["tile"]] * (0.9 if cand.params["cluster"] == "2x1x1" else 1.0)
+        if cand.params["schedule"] == "pingpong":
+            t *= 1.05
+        return [Outcome(w, "PASSED", latency_ms=t * self.sol_ms, reference_ms=3.0 * self.sol_ms,
+                        t_sol_ms=self.sol_ms) for w in workloads]
+
+
+@pytest.fixture(scope="module")
+def tune_plan():
+    problem = find_problem(PROBLEM)
+    return plan(problem, parse(SPEC, "spec.ucut"), source_file="spec.ucut", max_workloads=3)
+
+
+def make_tuner(p, build, measure, **kw):
+    return Tuner(p.problem, p.binding, p.space, build=build, measure=measure, t_sol_ms=lambda w: measure.sol_ms,
+                 config=kw.pop("config", TuneConfig(batch=4, seed=1)), **kw)
+
+
+def test_plan_prunes_illegal_configs_before_any_compile(tune_plan):
+    assert tune_plan.space.size == 16
+    # cooperative needs tile M >= 128 (64x128x64), pingpong cannot take tile M = 256
+    assert len(tune_plan.legal) == 12
+    assert any("cooperative" in m for m in tune_plan.rejected)
+    assert len(tune_plan.tuned) == 3
+
+
+def test_representative_workloads_span_smallest_and_largest(tune_plan):
+    b = tune_plan.binding
+    work = [math.prod(b.extents(w).values()) for w in tune_plan.problem.workloads]
+    chosen = representative_workloads(b, 3)
+    sizes = [math.prod(b.extents(w).values()) for w in chosen]
+    assert min(sizes) == min(work) and max(sizes) == max(work)
+
+
+def test_tuner_finds_the_fastest_legal_config_and_records_failures(tune_plan):
+    build, measure = FakeBuild(), FakeMeasure(crash_tile="128x128x64")
+    result = make_tuner(tune_plan, build, measure, config=TuneConfig(batch=4, seed=1, trials=40, epsilon=0.0,
+                                                                     patience=100, sampler="brute")).run()
+    # 256x128x64 fails to "compile", 128x128x64 "crashes": the best is 128x256x64 with cluster 2
+    assert result.best.params["tile"] == "128x256x64"
+    assert result.best.params["cluster"] == "2x1x1"
+    assert result.best.params["schedule"] == "cooperative"
+    assert result.best_value == pytest.approx(1.2 * 0.9)
+    states = {t["number"]: (t["state"], t.get("status")) for t in result.trials}
+    assert ("FAIL", "COMPILE_ERROR") in states.values()
+    assert ("FAIL", "CRASHED") in states.values()
+    # exhaustive mode enqueues only legal configurations
+    assert all(state != "PRUNED" for state, _ in states.values())
+    # the space was exhausted: every legal config measured or failed exactly once (then verified)
+    assert "all 12 legal configurations tried" in result.stop_reason
+    # the best is verified on every workload, not only the tuned ones
+    assert len(result.best_outcomes) == len(tune_plan.problem.workloads)
+
+
+def test_tpe_prunes_illegal_proposals_without_building_them(tune_plan):
+    build, measure = FakeBuild(), FakeMeasure()
+    cfg = TuneConfig(batch=4, seed=0, trials=30, epsilon=0.0, patience=100, sampler="tpe")
+    result = make_tuner(tune_plan, build, measure, config=cfg).run()
+    pruned = [t for t in result.trials if t["state"] == "PRUNED" and t.get("status") == "ILLEGAL"]
+    assert pruned and all(tune_plan.space.violations(t["params"]) for t in pruned)
+    assert all("cooperative" in t["reason"] or "pingpong" in t["reason"] for t in pruned)
+    for params in build.calls:  # no illegal configuration ever reached the builder
+        assert not tune_plan.space.violations(params)
+    assert result.best is not None
+
+
+def test_stop_rule_within_epsilon_of_sol(tune_plan):
+    build, measure = FakeBuild(), FakeMeasure()
+    cfg = TuneConfig(batch=2, seed=0, trials=40, epsilon=0.5, sampler="brute")  # 1.2·0.9 ≤ 1.5 stops early
+    result = make_tuner(tune_plan, build, measure, config=cfg).run()
+    assert "within 50% of T_SOL" in result.stop_reason
+    assert result.best_value <= 1.5
+
+
+def test_study_resumes_from_storage_without_measuring_again(tune_plan, tmp_path):
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    cfg = TuneConfig(batch=4, seed=3, trials=8, epsilon=0.0, patience=100, sampler="brute")
+    m1 = FakeMeasure()
+    r1 = make_tuner(tune_plan, FakeBuild(), m1, config=cfg, storage=storage, study_name="s").run()
+    first = {json.dumps(p, sort_keys=True) for p in m1.measured}
+    m2 = FakeMeasure()
+    cfg2 = TuneConfig(batch=4, seed=3, trials=24, epsilon=0.0, patience=100, sampler="brute")
+    r2 = make_tuner(tune_plan, FakeBuild(), m2, config=cfg2, storage=storage, study_name="s").run()
+    second = [json.dumps(p, sort_keys=True) for p in m2.measured]
+    # the resumed run measures new configurations; only the final verification repeats the best
+    repeated = [p for p in second if p in first]
+    assert len(repeated) <= 1
+    assert len(r2.trials) > len(r1.trials)
+    assert r2.best_value <= r1.best_value
+
+
+def test_budget_grows_with_headroom_and_is_capped_by_the_space():
+    assert trial_budget(1.0, 100) == 8
+    assert trial_budget(2.0, 100) == 24
+    assert trial_budget(8.0, 100) == 56
+    assert trial_budget(8.0, 10) == 10
+    assert trial_budget(1e9, 1000) == 96
+
+
+def test_stop_rule_patience():
+    rule = StopRule(epsilon=0.1, patience=3, budget=100)
+    for v in (3.0, 2.0, 2.0, 2.0):
+        rule.record(v)
+    assert not rule.should_stop()
+    rule.record(1.99)  # less than 1% gain
+    assert rule.should_stop() and "without" in rule.reason
+
+
+def test_report_files(tune_plan, tmp_path):
+    result = make_tuner(tune_plan, FakeBuild(), FakeMeasure(),
+                        config=TuneConfig(batch=4, seed=1, trials=12, sampler="brute")).run()
+    paths = write_outputs(result, tmp_path)
+    best = paths["best"].read_text()
+    assert "{" not in best.split("epilogue")[0].split("schedule")[1]  # choices resolved in the text
+    reparsed = parse(best).kernel()
+    assert reparsed.is_concrete()
+    assert reparsed.tile == result.best.kernel.tile
+    doc = json.loads(paths["json"].read_text())
+    assert doc["best"]["config"] == result.best.kernel.config_name()
+    assert len(doc["workloads"]) == len(tune_plan.problem.workloads)
+    table = format_table(result)
+    assert "geomean speedup" in table
+    assert paths["csv"].read_text().count("\n") == len(result.trials) + 1

@@ -1,0 +1,155 @@
+"""Bind a kernel's operands to a problem's inputs and outputs (``<-`` / ``->`` in `.ucut`).
+
+A binding checks, before anything is compiled, that every operand names a tensor of the problem with
+the same dtype, that every problem input and output is used, and that the GEMM modes (M, N, K) come out
+the same from every operand on every workload. Leading dimensions of a bound tensor fold into the
+first declared mode (``a : bf16[M, K] row <- hidden_states`` with hidden_states ``[batch, seq, hidden]``
+gives M = batch·seq, K = hidden).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .errors import CheckError, Diagnostic
+from .ir import EpilogueInputKind, GemmKernel, Layout, Pos
+from .problem import Problem, Workload
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One bound argument: a kernel operand or epilogue input, and the problem tensor behind it."""
+
+    arg: str  # kernel-side name (a, b, c, d, or an epilogue input)
+    tensor: str  # problem input/output name
+    dims: tuple[str, ...]  # declared modes, e.g. ("M", "K"); () for a scalar
+    layout: Layout
+    is_output: bool
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A kernel bound to a problem: which problem tensor feeds which argument."""
+
+    kernel: GemmKernel
+    problem: Problem
+    slots: tuple[Slot, ...]
+
+    def extents(self, workload: Workload | Mapping[str, int]) -> dict[str, int]:
+        """GEMM extents ``{"M", "N", "K"}`` of a workload (leading dims folded into the first mode).
+
+        Raises:
+            CheckError: operands disagree on a mode's extent for this workload.
+        """
+        axes = self.problem.resolve_axes(workload)
+        found: dict[str, tuple[int, str]] = {}
+        diags = []
+        for slot in self.slots:
+            if not slot.dims:
+                continue
+            spec = self.problem.inputs.get(slot.tensor) or self.problem.outputs[slot.tensor]
+            shape = self.problem.shape(spec, axes) or ()
+            sizes = _fold(shape, slot.dims, slot.layout)
+            if sizes is None:
+                diags.append(Diagnostic(
+                    f"{slot.arg} <- {slot.tensor}: shape {list(shape)} cannot be read as "
+                    f"[{', '.join(slot.dims)}] {slot.layout.value} (only row-major operands fold leading "
+                    "dimensions)", slot.pos, code="bind-shape"))
+                continue
+            for dim, size in zip(slot.dims, sizes):
+                if dim in found and found[dim][0] != size:
+                    diags.append(Diagnostic(
+                        f"{dim} is {found[dim][0]} from {found[dim][1]} but {size} from {slot.arg} <- "
+                        f"{slot.tensor} (workload {_label(workload)})", slot.pos, code="bind-extent"))
+                found.setdefault(dim, (size, f"{slot.arg} <- {slot.tensor}"))
+        if diags:
+            raise CheckError(diags)
+        return {d: v for d, (v, _) in found.items()}
+
+    def callable(self, compiled: Any) -> Callable[..., None]:
+        """A destination-passing ``fn(*inputs, *outputs)`` in the problem's definition order."""
+        names = list(self.problem.inputs) + list(self.problem.outputs)
+        arg_of = {s.tensor: s.arg for s in self.slots}
+
+        def run(*args: Any) -> None:
+            if len(args) != len(names):
+                raise TypeError(f"expected {len(names)} arguments ({', '.join(names)}), got {len(args)}")
+            compiled(**{arg_of[n]: v for n, v in zip(names, args) if n in arg_of})
+
+        run.__name__ = f"{self.kernel.name}_on_{self.problem.id}"
+        run.kernel = compiled  # type: ignore[attr-defined]
+        return run
+
+
+def _label(workload: Workload | Mapping[str, int]) -> str:
+    return workload.label() if isinstance(workload, Workload) else ",".join(f"{k}={v}" for k, v in workload.items())
+
+
+def _fold(shape: tuple[int, ...], dims: tuple[str, ...], layout: Layout) -> tuple[int, ...] | None:
+    """Sizes of ``dims`` for a tensor of ``shape``: leading dims fold into the first mode (row layout)."""
+    if len(dims) == 1:
+        return (math.prod(shape),) if len(shape) >= 1 else None
+    if len(shape) == len(dims):
+        return tuple(shape)
+    if len(shape) > len(dims) and layout is Layout.row and len(dims) == 2:
+        return (math.prod(shape[:-1]), shape[-1])
+    return None
+
+
+def bind(kernel: GemmKernel, problem: Problem) -> Binding:
+    """Bind ``kernel`` to ``problem`` and check the binding on every workload.
+
+    Raises:
+        CheckError: an operand without a binding, a name the problem does not have (valid names listed),
+            a dtype mismatch, an unused problem input or output, or modes that disagree.
+    """
+    diags: list[Diagnostic] = []
+    slots: list[Slot] = []
+    ins, outs = problem.inputs, problem.outputs
+
+    def add(arg: str, binding: str | None, dims, layout, dtype, is_output: bool, pos: Pos):
+        pool = outs if is_output else ins
+        arrow = "->" if is_output else "<-"
+        if binding is None:
+            diags.append(Diagnostic(f"{arg} is not bound to a problem {'output' if is_output else 'input'} "
+                                    f"(write `{arrow} NAME`)", pos, tuple(pool), code="bind-missing"))
+            return
+        if binding not in pool:
+            other = ins if is_output else outs
+            hint = f" ({binding!r} is an {'input' if is_output else 'output'}: use {'<-' if is_output else '->'})" \
+                if binding in other else ""
+            diags.append(Diagnostic(f"problem {problem.id} has no {'output' if is_output else 'input'} "
+                                    f"{binding!r}{hint}", pos, tuple(pool), code="bind-unknown"))
+            return
+        spec = pool[binding]
+        if dtype is not None and spec.dtype != dtype.torch_name:
+            diags.append(Diagnostic(f"{arg} is {dtype.value} but {problem.id}.{binding} is {spec.dtype}", pos,
+                                    code="bind-dtype"))
+        if (spec.shape is None) != (not dims):
+            diags.append(Diagnostic(f"{arg} is {'a scalar' if not dims else 'a tensor'} but {problem.id}."
+                                    f"{binding} is {'a scalar' if spec.shape is None else 'a tensor'}", pos,
+                                    code="bind-shape"))
+        slots.append(Slot(arg, binding, tuple(dims), layout, is_output, pos))
+
+    for op in kernel.operands:
+        add(op.name, op.binding, op.dims, op.layout, op.dtype, op.name == "d", op.pos)
+    for inp in kernel.epilogue_inputs:
+        if inp.kind is EpilogueInputKind.scalar and inp.value is not None:
+            continue
+        add(inp.name, inp.binding, inp.dims, inp.layout, inp.dtype if inp.kind is not EpilogueInputKind.scalar
+            else None, False, inp.pos)
+    used = {s.tensor for s in slots}
+    for name in list(ins) + list(outs):
+        if name not in used:
+            kind = "input" if name in ins else "output"
+            diags.append(Diagnostic(f"problem {kind} {name!r} of {problem.id} is not bound to any operand of "
+                                    f"kernel {kernel.name!r}", kernel.pos, code="bind-unused"))
+    if diags:
+        raise CheckError(diags)
+    binding = Binding(kernel, problem, tuple(slots))
+    for w in problem.workloads:
+        binding.extents(w)  # raises on disagreement
+    return binding

@@ -1,0 +1,403 @@
+"""The ``ucutlass`` command line: check, compile, sol, grade, tune, problems, calibrate.
+
+Each subcommand is a thin shell over a library function; errors of ucutlass (:class:`UcutError`) are
+printed without a traceback and give exit status 1 (2 for a missing GPU or toolchain).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from . import __version__
+from .errors import CheckError, ToolchainError, UcutError, UcutSyntaxError
+
+
+def _problems_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--problems", action="append", default=[], metavar="DIR",
+                   help="extra folder of problems (repeatable; also $UCUTLASS_PROBLEMS)")
+
+
+def _load_program(path: str):
+    from .dsl import parse_file
+
+    return parse_file(path)
+
+
+def _picks(program, pick_args: Sequence[str]):
+    """Apply ``--pick KEY=VALUE`` (KEY as ``tile`` or ``kernel.tile``)."""
+    if not pick_args:
+        return program
+    picks = {}
+    names = [k.name for k in program.kernels]
+    for item in pick_args:
+        if "=" not in item:
+            raise UcutError(f"--pick {item!r}: expected KEY=VALUE, e.g. tile=128x128x64")
+        key, value = item.split("=", 1)
+        if "." not in key:
+            if len(names) != 1:
+                raise UcutError(f"--pick {key}: name the kernel ({', '.join(names)}), e.g. {names[0]}.{key}")
+            key = f"{names[0]}.{key}"
+        picks[key] = value
+    try:
+        return program.resolve(picks)
+    except (KeyError, ValueError) as e:
+        raise UcutError(f"--pick: {e.args[0]}") from None
+
+
+# --- check ---------------------------------------------------------------------------------------------
+
+def cmd_check(args) -> int:
+    from .dsl import check, legal_combinations
+
+    try:
+        program = _load_program(args.file)
+    except UcutSyntaxError as e:
+        print(e.to_json() if args.json else e.format(), file=sys.stdout if args.json else sys.stderr)
+        return 1
+    report = {"ok": True, "file": args.file, "kernels": [], "diagnostics": []}
+    text = []
+    for kernel in program.kernels:
+        extents = None
+        if args.problem:
+            from .bind import bind
+            from .problem import find_problem
+
+            problem = find_problem(args.problem, args.problems)
+            try:
+                binding = bind(kernel, problem)
+            except CheckError as e:
+                report["ok"] = False
+                report["diagnostics"] += [d.to_json() for d in e.diagnostics]
+                text += [d.format() for d in e.diagnostics]
+                continue
+            all_ext = [binding.extents(w) for w in problem.workloads]
+        else:
+            all_ext = [None]
+        diags, legal_total, combos = [], 0, 0
+        seen = set()
+        for extents in all_ext:
+            for d in check(kernel, extents):
+                if d.format() not in seen:
+                    seen.add(d.format())
+                    diags.append(d)
+        if kernel.choices():
+            legal = None
+            for extents in all_ext:
+                ok, _rejected = legal_combinations(kernel, extents)
+                keys = {json.dumps({k: str(v) for k, v in c.items()}, sort_keys=True) for c in ok}
+                legal = keys if legal is None else legal & keys
+            legal_total = len(legal or ())
+            combos = 1
+            for c in kernel.choices().values():
+                combos *= len(c.options)
+        errors = [d for d in diags if d.severity == "error"]
+        report["ok"] = report["ok"] and not errors
+        report["diagnostics"] += [d.to_json() for d in diags]
+        report["kernels"].append({"name": kernel.name, "config": kernel.config_name(),
+                                  "open_choices": {k: list(c.spellings) for k, c in kernel.choices().items()},
+                                  "combinations": combos, "legal_combinations": legal_total})
+        text += [d.format() for d in diags]
+        if not errors and not kernel.choices():
+            text.append(f"{args.file}: kernel {kernel.name}: ok ({kernel.config_name()})")
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print("\n".join(text))
+    return 0 if report["ok"] else 1
+
+
+# --- compile -------------------------------------------------------------------------------------------
+
+def cmd_compile(args) -> int:
+    from .build import build_kernels, raise_for
+    from .codegen import render
+    from .dsl import legal_combinations
+
+    program = _picks(_load_program(args.file), args.pick)
+    kernels, sources = [], []
+    for kernel in program.kernels:
+        if args.kernel and kernel.name != args.kernel:
+            continue
+        if kernel.choices() and args.all:
+            legal, _ = legal_combinations(kernel)
+            for picks in legal:
+                kernels.append(kernel.resolve(picks))
+                sources.append(program.resolve({f"{kernel.name}.{k}": v for k, v in picks.items()}).source)
+        elif kernel.choices():
+            open_ = "; ".join(f"{k} = {{{', '.join(c.spellings)}}}" for k, c in kernel.choices().items())
+            raise UcutError(f"{args.file}: kernel {kernel.name} has open choices ({open_}); "
+                            "pick with --pick KEY=VALUE, build every legal one with --all, or let `ucutlass tune` choose")
+        else:
+            kernels.append(kernel)
+            sources.append(program.source)
+    out = Path(args.output) if args.output else None
+    if args.emit_only:
+        out = out or Path(".")
+        out.mkdir(parents=True, exist_ok=True)
+        for k in kernels:
+            path = out / f"{k.config_name()}.cu"
+            path.write_text(render(k, args.file))
+            print(path)
+        return 0
+    done = []
+
+    def on_done(r):
+        status = "cached" if r.cached else f"{r.seconds:.0f} s"
+        print(f"{'ok  ' if r.ok else 'FAIL'} {r.name} ({status}) {r.so_path or r.error}", file=sys.stderr)
+        done.append(r)
+
+    results = build_kernels(kernels, source_file=args.file, sources=sources, jobs=args.jobs,
+                            timeout_s=args.timeout, on_done=on_done)
+    failed = [r for r in results if not r.ok]
+    if out:
+        import shutil
+
+        out.mkdir(parents=True, exist_ok=True)
+        for r in results:
+            if r.ok:
+                shutil.copy2(r.so_path, out / f"{r.name}.so")
+                shutil.copy2(r.source_path, out / f"{r.name}.cu")
+                print(out / f"{r.name}.so")
+    else:
+        for r in results:
+            if r.ok:
+                print(r.so_path)
+    for r in failed:
+        print(f"\n{r.name}: nvcc failed: {r.error}\n{r.log[-4000:]}", file=sys.stderr)
+    if len(kernels) == 1 and failed:
+        raise_for(failed[0])
+    return 1 if failed else 0
+
+
+# --- sol -----------------------------------------------------------------------------------------------
+
+def cmd_sol(args) -> int:
+    from .problem import find_problem
+    from .sol import sol_command
+
+    print(sol_command(find_problem(args.problem, args.problems), gpu=args.gpu, as_json=args.json))
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from .sol import calibrate_command
+
+    print(calibrate_command(save=not args.no_save))
+    return 0
+
+
+# --- problems ------------------------------------------------------------------------------------------
+
+def cmd_problems(args) -> int:
+    from .problem import list_problems, load_problem
+
+    for pid, path in list_problems(args.problems):
+        p = load_problem(path)
+        spec = "kernel.ucut" if p.spec_path else "no spec"
+        print(f"{pid:<55} {len(p.workloads):>3} workloads  {spec:<11} {path}")
+    return 0
+
+
+# --- grade ---------------------------------------------------------------------------------------------
+
+def _solution_for_file(path: str, problem, args):
+    """A SolutionRef for a .ucut (compiled here) or any file the grader reads itself."""
+    from .grader import solution_from_file
+
+    if not path.endswith(".ucut"):
+        return solution_from_file(path, problem)
+    from .bind import bind
+    from .build import build_kernels, raise_for
+
+    program = _picks(_load_program(path), getattr(args, "pick", None) or [])
+    kernel = program.kernel(args.kernel)
+    if kernel.choices():
+        raise UcutError(f"{path}: kernel {kernel.name} still has open choices ({', '.join(kernel.choices())}); "
+                        "grade a concrete program (e.g. the best.ucut that tune writes) or use --pick")
+    bind(kernel, problem)
+    print(f"compiling {kernel.config_name()} …", file=sys.stderr)
+    result = raise_for(build_kernels([kernel], source_file=path, sources=[program.source])[0])
+    from .search.measure import solution_for
+
+    return solution_for(result.so_path, program.source, path, kernel.name, kernel.config_name())
+
+
+def cmd_grade(args) -> int:
+    from .grader import Grader, format_table, summarize
+    from .problem import find_problem
+    from .sol import analyze, load_hardware
+
+    problem = find_problem(args.problem, args.problems)
+    solution = _solution_for_file(args.file, problem, args)
+    t_sol = None
+    try:
+        hw = load_hardware(args.gpu)
+        t_sol = lambda w: analyze(problem, w, hw).t_sol_ms  # noqa: E731
+    except UcutError as e:
+        print(f"note: no T_SOL ({e}); SOL scores are left out", file=sys.stderr)
+    workloads = None
+    if args.workloads:
+        workloads = [problem.workloads[i] for i in range(min(args.workloads, len(problem.workloads)))]
+    with Grader(problem, t_sol_ms=t_sol) as grader:
+        results = grader.grade(solution, workloads)
+    records = [r.to_json() for r in results]
+    if args.output:
+        Path(args.output).write_text(json.dumps(records, indent=2))
+    if args.json:
+        print(json.dumps({"summary": summarize(results), "records": records}, indent=2))
+    else:
+        print(format_table(results))
+        print(json.dumps(summarize(results)))
+    return 0 if all(r.passed for r in results) else 1
+
+
+# --- tune ----------------------------------------------------------------------------------------------
+
+def cmd_tune(args) -> int:
+    from .problem import find_problem
+    from .search import NoGpuError, TuneConfig, plan, tune
+    from .search.report import format_table
+
+    problem = find_problem(args.problem, args.problems)
+    spec = Path(args.spec) if args.spec else problem.spec_path
+    if spec is None:
+        raise UcutError(f"problem {problem.id} ships no kernel.ucut: write a spec and pass --spec FILE "
+                        "(see docs/DSL.md and the kernel.ucut of a shipped problem)")
+    program = _load_program(str(spec))
+    config = TuneConfig(trials=args.trials, epsilon=args.epsilon, patience=args.patience, batch=args.batch,
+                        max_workloads=args.max_workloads, sampler=args.sampler, seed=args.seed)
+    if args.dry_run:
+        p = plan(problem, program, kernel=args.kernel, source_file=str(spec), max_workloads=args.max_workloads)
+        t_sol = None
+        try:
+            from .sol import analyze, load_hardware
+
+            hw = load_hardware(args.gpu if args.gpu != "local" else "h200")
+            t_sol = lambda w: analyze(problem, w, hw).t_sol_ms  # noqa: E731
+            print(f"T_SOL from {hw.name} ({hw.method})")
+        except UcutError:
+            pass
+        print(p.describe(t_sol))
+        return 0
+    out_dir = Path(args.out) if args.out else Path("ucutlass-tune") / problem.id
+    try:
+        result, paths = tune(problem, program, kernel=args.kernel, source_file=str(spec), out_dir=out_dir,
+                             storage=args.storage, study_name=args.study, config=config, jobs=args.jobs,
+                             hardware=args.gpu)
+    except NoGpuError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    print(f"\nstopped: {result.stop_reason} ({len(result.trials)} trials, {result.seconds:.0f} s)")
+    if result.best is None:
+        print("no configuration passed on every workload; see trials.csv for why", file=sys.stderr)
+        print(f"results: {paths['json']}")
+        return 1
+    print(f"best: trial {result.best.number}: {result.best.kernel.config_name()} "
+          f"({result.best_value:.3f}× T_SOL on the tuned workloads)\n")
+    print(format_table(result))
+    print()
+    for name, path in paths.items():
+        print(f"{name:>6}: {path}")
+    return 0
+
+
+# --- parser --------------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="ucutlass", description="The .ucut language for CUTLASS kernels: "
+                                 "check, compile, grade and tune against SOL-ExecBench-style problems.")
+    ap.add_argument("--version", action="version", version=f"ucutlass {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("check", help="parse a .ucut file and check it against the SM90 rules")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true", help="machine-readable diagnostics")
+    p.add_argument("--problem", help="also bind to this problem and check alignment on its workloads")
+    _problems_arg(p)
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("compile", help="generate CUTLASS C++ and compile it with nvcc (cached)")
+    p.add_argument("file")
+    p.add_argument("--emit-only", action="store_true", help="write the .cu files, do not run nvcc")
+    p.add_argument("-o", "--output", metavar="DIR", help="copy .cu/.so here (default: print cache paths)")
+    p.add_argument("--pick", action="append", default=[], metavar="KEY=VALUE", help="resolve a {…} choice")
+    p.add_argument("--all", action="store_true", help="build every legal combination of the choices")
+    p.add_argument("--kernel", help="only this kernel of the file")
+    p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: cores)")
+    p.add_argument("--timeout", type=float, default=900.0, help="nvcc time limit per kernel, seconds")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("sol", help="speed-of-light bound (T_SOL) per workload of a problem")
+    p.add_argument("problem")
+    p.add_argument("--gpu", default="h200", help="hardware spec: h200, h100, b200, b200-solar, local, …")
+    p.add_argument("--json", action="store_true")
+    _problems_arg(p)
+    p.set_defaults(func=cmd_sol)
+
+    p = sub.add_parser("grade", help="check and time a solution (.ucut, .py, FlashInfer-Bench .json)")
+    p.add_argument("file")
+    p.add_argument("problem")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-o", "--output", help="write the JSON records here")
+    p.add_argument("--workloads", type=int, help="grade only the first N workloads")
+    p.add_argument("--pick", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--kernel", help="the kernel of a .ucut file with several")
+    p.add_argument("--gpu", default="local", help="hardware spec for T_SOL (default: this GPU)")
+    _problems_arg(p)
+    p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("tune", help="search a program's choices with Optuna on the GPU")
+    p.add_argument("problem")
+    p.add_argument("--spec", help=".ucut program (default: the problem's kernel.ucut)")
+    p.add_argument("--kernel", help="the kernel to tune when the spec has several")
+    p.add_argument("--trials", type=int, help="trial budget (default: decided by the SOL headroom)")
+    p.add_argument("--storage", help="Optuna storage URL (default: sqlite in the output folder; resumable)")
+    p.add_argument("--study", help="study name in the storage")
+    p.add_argument("--out", help="output folder (default: ./ucutlass-tune/PROBLEM)")
+    p.add_argument("--jobs", type=int, help="parallel nvcc processes (default: cores)")
+    p.add_argument("--batch", type=int, default=16, help="trials compiled together per round")
+    p.add_argument("--max-workloads", type=int, default=6, help="workloads measured per trial")
+    p.add_argument("--epsilon", type=float, default=0.25, help="stop within (1+ε)·T_SOL")
+    p.add_argument("--patience", type=int, default=12, help="stop after this many trials without gain")
+    p.add_argument("--sampler", default="auto", choices=["auto", "tpe", "random", "brute"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gpu", default="local", help="hardware spec for T_SOL (default: this GPU)")
+    p.add_argument("--dry-run", action="store_true", help="show the space and plan; no GPU needed")
+    _problems_arg(p)
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("problems", help="list the problems ucutlass can find")
+    _problems_arg(p)
+    p.set_defaults(func=cmd_problems)
+
+    p = sub.add_parser("calibrate", help="measure this GPU's copy bandwidth and matmul rates for T_SOL")
+    p.add_argument("--no-save", action="store_true", help="print only; do not store the calibrated entry")
+    p.set_defaults(func=cmd_calibrate)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UcutSyntaxError as e:
+        print(e.format(), file=sys.stderr)
+        return 1
+    except ToolchainError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except UcutError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; finished trials are saved in the study storage, run the same command to resume",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

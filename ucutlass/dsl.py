@@ -1,0 +1,1054 @@
+"""The `.ucut` language: parse text into :class:`ucutlass.ir.Program` and check it against the arch rules.
+
+Three steps, each a plain function of the one before (DESIGN.md, "How data flows"):
+
+1. **parse** — Lark (LALR) with ``grammar/ucut.lark``, loaded through :mod:`importlib.resources` and cached;
+   positions are propagated so that every node knows its line, column and character offsets.
+2. **AST** — a :class:`lark.Transformer`, run as a separate step, turns the tree into small frozen
+   dataclasses that still hold source spellings and positions.
+3. **lower** — names are resolved against the tables below (settings, dtypes, schedules, activations, …),
+   defaults filled in, epilogue intermediates inlined, and every problem found is collected as a
+   :class:`~ucutlass.errors.Diagnostic`; if any, :class:`~ucutlass.errors.UcutSyntaxError` is raised with
+   all of them.
+
+:func:`check` then runs the architecture rules (:mod:`ucutlass.arch.sm90`) on a lowered kernel, and on a
+kernel with open ``{…}`` choices checks every combination (:func:`legal_combinations`).
+
+Example:
+    >>> from ucutlass import dsl
+    >>> prog = dsl.parse('''
+    ... kernel k : gemm {
+    ...   a : bf16[M, K] row   b : bf16[N, K] row   d : bf16[M, N] row
+    ...   tile = {128x128x64, 64x128x64}
+    ... }''')
+    >>> sorted(prog.choices())
+    ['k.tile']
+    >>> dsl.check(prog)[0].message
+    '2 of 2 combinations of the open choices (tile) pass the sm90 rules'
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import itertools
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence, Union
+
+from lark import Lark, Token, Transformer, Tree, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from . import ir
+from .errors import Diagnostic, UcutSyntaxError
+from .ir import (Acc, Binary, Choice, Const, DType, EpilogueInput, EpilogueInputKind, Expr, GemmKernel,
+                 Layout, Operand, Pos, Program, Ref, Schedule, Src, Target, TileScheduler, Unary)
+
+__all__ = [
+    "parse", "parse_file", "check", "legal_combinations",
+    "FAMILIES", "TARGETS", "DTYPES", "LAYOUTS", "SCHEDULES", "SCHEDULERS", "ACTIVATIONS", "SETTINGS",
+    "DEFAULTS", "ERROR_CODES", "OPERAND_DIMS", "EPILOGUE_DIMS", "KEYWORDS", "SettingSpec",
+]
+
+# --- the vocabulary: every word the lowering accepts, in one place --------------------------------------
+
+#: Kernel families (``kernel NAME : FAMILY``). Attention and grouped GEMM come later.
+FAMILIES = ("gemm",)
+#: ``target`` values (:class:`ucutlass.ir.Target`).
+TARGETS = tuple(t.value for t in Target)
+#: Element types of operands, epilogue inputs and ``accum`` (:class:`ucutlass.ir.DType`).
+DTYPES = tuple(d.value for d in DType)
+#: Operand layouts: ``row`` = the last declared dim is contiguous, ``col`` = the first.
+LAYOUTS = tuple(lay.value for lay in Layout)
+#: ``schedule`` values (:class:`ucutlass.ir.Schedule`).
+SCHEDULES = tuple(s.value for s in Schedule)
+#: ``scheduler`` values (:class:`ucutlass.ir.TileScheduler`).
+SCHEDULERS = tuple(s.value for s in TileScheduler)
+#: Functions an epilogue expression may call, each with one argument.
+ACTIVATIONS = ir.UNARY_OPS
+#: Words with a fixed meaning: block keywords, layouts, ``auto``, and the epilogue's ``acc`` and ``c``.
+KEYWORDS = ("kernel", "epilogue", "row", "col", "auto", "acc", "c")
+
+#: GEMM operands and the dim names each must be declared over (in either order).
+OPERAND_DIMS: dict[str, tuple[str, str]] = {"a": ("M", "K"), "b": ("N", "K"), "c": ("M", "N"), "d": ("M", "N")}
+_REQUIRED_OPERANDS = ("a", "b", "d")
+
+#: Epilogue input dims and the broadcast kind they lower to (no dims: a scalar).
+EPILOGUE_DIMS: dict[tuple[str, ...], EpilogueInputKind] = {
+    ("N",): EpilogueInputKind.col_vector,
+    ("M",): EpilogueInputKind.row_vector,
+    ("M", "N"): EpilogueInputKind.matrix,
+    ("N", "M"): EpilogueInputKind.matrix,
+    (): EpilogueInputKind.scalar,
+}
+
+
+#: Diagnostic codes of :func:`parse` and :func:`check` (arch rule codes are in ``ucutlass.arch.sm90.RULES``).
+ERROR_CODES: dict[str, str] = {
+    "syntax": "the text does not parse",
+    "unknown-family": "kernel family other than gemm",
+    "unknown-setting": "a setting name that does not exist",
+    "duplicate-setting": "a setting given twice",
+    "bad-value": "a setting value of the wrong kind",
+    "duplicate-option": "the same option twice in {…}",
+    "unknown-dtype": "a dtype other than bf16, f16, f32",
+    "bad-layout": "a layout other than row or col, or a layout on a vector or scalar",
+    "unknown-operand": "a kernel-level declaration other than a, b, c, d",
+    "duplicate-operand": "an operand declared twice",
+    "missing-operand": "a, b or d not declared",
+    "bad-dims": "dims that do not fit the operand or input",
+    "bad-binding": "'<-' on d, '->' on an input, or a value on a tensor",
+    "duplicate-epilogue": "two epilogue blocks",
+    "duplicate-kernel": "two kernels with one name",
+    "duplicate-input": "an epilogue input declared twice",
+    "bad-name": "an epilogue input named acc, a, b, c, d or like a function",
+    "choice-not-allowed": "{…} in an epilogue input",
+    "unsupported": "'/' and extra epilogue outputs (later)",
+    "bad-assignment": "an assignment to a reserved or input name, twice, or after d",
+    "missing-output": "no d = … in the epilogue",
+    "unused-acc": "the epilogue does not read acc",
+    "unused-input": "a declared input (or c) the epilogue never reads",
+    "unused-name": "an intermediate never used",
+    "undefined-name": "a name that is not acc, c, an input or an earlier intermediate",
+    "unknown-function": "a call of something other than the activations",
+    "bad-call": "an activation called with other than one argument",
+    "choices": "check's summary of the combinations of open choices",
+}
+
+
+class _Bad(Exception):
+    """A value that does not fit where it is written: message and the valid spellings."""
+
+    def __init__(self, message: str, valid: Sequence[str] = (), code: str = "bad-value"):
+        super().__init__(message)
+        self.message = message
+        self.valid = tuple(valid)
+        self.code = code
+
+
+def _enum_converter(setting: str, enum_type: type, names: Sequence[str], what: str) -> Callable[["_Atom"], Any]:
+    def convert(atom: _Atom) -> Any:
+        if atom.kind == "name" and atom.text in names:
+            return enum_type(atom.text)
+        code = "unknown-dtype" if enum_type is DType else "bad-value"
+        raise _Bad(f"{setting} = {atom.text} is not {what}{_did_you_mean(atom.text, names)}", names, code)
+    return convert
+
+
+def _shape_converter(setting: str, example: str) -> Callable[["_Atom"], tuple[int, int, int]]:
+    def convert(atom: _Atom) -> tuple[int, int, int]:
+        if atom.kind == "shape":
+            parts = tuple(int(p) for p in atom.text.split("x"))
+            if len(parts) == 3 and all(p > 0 for p in parts):
+                return parts  # type: ignore[return-value]
+        raise _Bad(f"{setting} = {atom.text} is not a shape M x N x K with positive extents, e.g. {example}")
+    return convert
+
+
+def _stages(atom: _Atom) -> int | None:
+    if atom.kind == "name" and atom.text == "auto":
+        return None
+    if atom.kind == "number" and atom.text.isdigit() and int(atom.text) > 0:
+        return int(atom.text)
+    raise _Bad(f"stages = {atom.text} is neither auto nor a whole number of pipeline stages", ("auto", "2", "3", "4"))
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    """One kernel setting: its name, what it holds, its default and how a written value is read.
+
+    Attributes:
+        name: the setting's name in `.ucut` (also the :class:`~ucutlass.ir.GemmKernel` field).
+        doc: one line for the card and error messages.
+        valid: the valid spellings when the set is closed, else examples.
+        default: the spelling used when the setting is absent.
+        convert: reads one atom into the typed IR value, raising ``_Bad``.
+    """
+
+    name: str
+    doc: str
+    valid: tuple[str, ...]
+    default: str
+    convert: Callable[["_Atom"], Any]
+
+
+#: Settings of a ``gemm`` kernel, in :data:`ucutlass.ir.GEMM_SETTINGS` order.
+SETTINGS: dict[str, SettingSpec] = {s.name: s for s in (
+    SettingSpec("target", "GPU architecture", TARGETS, "sm90",
+                _enum_converter("target", Target, TARGETS, "a known target")),
+    SettingSpec("accum", "accumulator type of A·B", DTYPES, "f32",
+                _enum_converter("accum", DType, DTYPES, "a dtype")),
+    SettingSpec("tile", "CTA tile M x N x K (CUTLASS TileShape)", ("128x128x64", "128x256x64", "64x128x64"),
+                "128x128x64", _shape_converter("tile", "128x128x64")),
+    SettingSpec("cluster", "thread-block cluster M x N x K (CUTLASS ClusterShape)", ("1x1x1", "2x1x1", "1x2x1"),
+                "1x1x1", _shape_converter("cluster", "2x1x1")),
+    SettingSpec("schedule", "mainloop kernel schedule", SCHEDULES, "auto",
+                _enum_converter("schedule", Schedule, SCHEDULES, "a schedule")),
+    SettingSpec("stages", "mainloop pipeline stages: auto or a number", ("auto", "2", "3", "4"), "auto", _stages),
+    SettingSpec("scheduler", "tile scheduler", SCHEDULERS, "persistent",
+                _enum_converter("scheduler", TileScheduler, SCHEDULERS, "a tile scheduler")),
+)}
+assert tuple(SETTINGS) == ir.GEMM_SETTINGS
+
+
+def _did_you_mean(word: str, valid: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(valid), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+# --- the parser ------------------------------------------------------------------------------------------
+
+@functools.cache
+def _parser() -> Lark:
+    """The LALR parser for ``ucut.lark``, built once per process."""
+    text = (resources.files("ucutlass.grammar") / "ucut.lark").read_text(encoding="utf-8")
+    return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+# --- AST: the parse tree as small dataclasses, still in source spellings ----------------------------------
+
+@dataclass(frozen=True)
+class _Atom:
+    kind: str  # "shape" | "number" | "name"
+    text: str
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class _Choice:
+    items: tuple[_Atom, ...]
+    pos: Pos
+
+
+_Value = Union[_Atom, _Choice]
+
+
+@dataclass(frozen=True)
+class _Source:
+    kind: str  # "in" (<-) | "out" (->) | "literal" (= number)
+    text: str
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class _Dims:
+    names: tuple[str, ...]
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class _Decl:
+    name: str
+    name_pos: Pos
+    dtype: _Value
+    dims: _Dims | None
+    layout: _Value | None
+    source: _Source | None
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class _Setting:
+    name: str
+    name_pos: Pos
+    value: _Value
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class _Num:
+    text: str
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class _Name:
+    name: str
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class _Call:
+    name: str
+    args: tuple[Any, ...]
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class _BinOp:
+    op: str
+    lhs: Any
+    rhs: Any
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class _Neg:
+    arg: Any
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class _Assign:
+    name: str
+    name_pos: Pos
+    expr: Any
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class _Epilogue:
+    items: tuple[Union[_Decl, _Assign], ...]
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class _Kernel:
+    name: str
+    name_pos: Pos
+    family: str
+    family_pos: Pos
+    items: tuple[Union[_Setting, _Decl, _Epilogue], ...]
+    pos: Pos
+
+
+def _atom_of(text: str) -> _Atom:
+    kind = "shape" if text[:1].isdigit() and "x" in text else "number" if text.isdigit() else "name"
+    return _Atom(kind, text, Pos())
+
+
+#: The typed value of each setting when a kernel does not set it.
+DEFAULTS: dict[str, Any] = {name: spec.convert(_atom_of(spec.default)) for name, spec in SETTINGS.items()}
+
+
+def _token_pos(tok: Token, file: str) -> Pos:
+    return Pos(file, tok.line or 0, tok.column or 0, tok.end_line or 0, tok.end_column or 0,
+               tok.start_pos if tok.start_pos is not None else -1, tok.end_pos if tok.end_pos is not None else -1)
+
+
+def _meta_pos(meta: Any, file: str) -> Pos:
+    if getattr(meta, "empty", True):
+        return Pos(file)
+    return Pos(file, meta.line, meta.column, meta.end_line, meta.end_column, meta.start_pos, meta.end_pos)
+
+
+@v_args(meta=True)
+class _ToAst(Transformer):
+    """Parse tree → AST dataclasses. Run after parsing (not inside the parser) so ``meta`` is filled."""
+
+    def __init__(self, file: str):
+        super().__init__()
+        self.file = file
+
+    def _p(self, meta: Any) -> Pos:
+        return _meta_pos(meta, self.file)
+
+    def _t(self, tok: Token) -> Pos:
+        return _token_pos(tok, self.file)
+
+    def start(self, meta, children):
+        return tuple(children)
+
+    def kernel(self, meta, children):
+        name, family, *items = children
+        return _Kernel(str(name), self._t(name), str(family), self._t(family), tuple(items), self._p(meta))
+
+    def setting(self, meta, children):
+        name, value = children
+        return _Setting(str(name), self._t(name), value, self._p(meta))
+
+    def decl(self, meta, children):
+        name, dtype, dims, layout, source = children
+        return _Decl(str(name), self._t(name), dtype, dims, layout, source, self._p(meta))
+
+    def dims(self, meta, children):
+        return _Dims(tuple(str(c) for c in children), self._p(meta))
+
+    def layout(self, meta, children):
+        (item,) = children
+        if isinstance(item, Token):
+            return _Atom("name", str(item), self._t(item))
+        return item
+
+    def bind_in(self, meta, children):
+        return _Source("in", str(children[1]), self._p(meta))
+
+    def bind_out(self, meta, children):
+        return _Source("out", str(children[1]), self._p(meta))
+
+    def literal(self, meta, children):
+        return _Source("literal", children[0], self._p(meta))
+
+    def signed_number(self, meta, children):
+        return "".join(str(c) for c in children if c is not None)
+
+    def epilogue(self, meta, children):
+        return _Epilogue(tuple(children), self._p(meta))
+
+    def assign(self, meta, children):
+        name, expr = children
+        return _Assign(str(name), self._t(name), expr, self._p(meta))
+
+    def choice(self, meta, children):
+        return _Choice(tuple(children), self._p(meta))
+
+    def shape(self, meta, children):
+        return _Atom("shape", str(children[0]), self._t(children[0]))
+
+    def number(self, meta, children):
+        return _Atom("number", str(children[0]), self._t(children[0]))
+
+    def name(self, meta, children):
+        return _Atom("name", str(children[0]), self._t(children[0]))
+
+    def _binop(op):  # noqa: N805 - a factory used in the class body
+        def method(self, meta, children):
+            lhs, *_, rhs = children  # sub carries its MINUS token in the middle
+            return _BinOp(op, lhs, rhs, self._p(meta))
+        return method
+
+    add = _binop("+")
+    sub = _binop("-")
+    mul = _binop("*")
+    div = _binop("/")
+    del _binop
+
+    def neg(self, meta, children):
+        return _Neg(children[-1], self._p(meta))
+
+    def num(self, meta, children):
+        return _Num(str(children[0]), self._t(children[0]))
+
+    def ref(self, meta, children):
+        return _Name(str(children[0]), self._t(children[0]))
+
+    def call(self, meta, children):
+        name, *args = children
+        return _Call(str(name), tuple(a for a in args if a is not None), self._t(name))
+
+
+# --- syntax errors in words ------------------------------------------------------------------------------
+
+_TERMINAL_WORDS = {
+    "NAME": "a name",
+    "SHAPE": "a shape like 128x128x64",
+    "NUMBER": "a number",
+    "$END": "the end of the file",
+}
+
+
+def _terminal_word(name: str) -> str:
+    if name in _TERMINAL_WORDS:
+        return _TERMINAL_WORDS[name]
+    try:
+        pattern = _parser().get_terminal(name).pattern
+    except KeyError:
+        return name
+    return repr(pattern.value) if pattern.type == "str" else name.lower()
+
+
+def _terminal_spelling(name: str) -> str | None:
+    try:
+        pattern = _parser().get_terminal(name).pattern
+    except KeyError:
+        return None
+    return pattern.value if pattern.type == "str" else None
+
+
+def _found(tok: Token) -> str:
+    if tok.type == "$END":
+        return "the end of the file"
+    kind = {"NAME": "name ", "SHAPE": "shape ", "NUMBER": "number "}.get(tok.type, "")
+    return f"{kind}{str(tok)!r}"
+
+
+def _words(names: Sequence[str]) -> str:
+    words = sorted({_terminal_word(n) for n in names}, key=lambda w: (w.startswith("'"), w))
+    if len(words) <= 1:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _context(text: str, pos: Pos) -> str:
+    """The source line at ``pos`` with a caret under the column (as Lark's ``get_context``)."""
+    lines = text.splitlines()
+    if not 1 <= pos.line <= len(lines):
+        return ""
+    line = lines[pos.line - 1]
+    return line + "\n" + " " * len(line[: max(pos.column - 1, 0)].expandtabs()) + "^\n"
+
+
+def _end_pos(text: str, file: str) -> Pos:
+    stripped = text.rstrip()
+    line = stripped.count("\n") + 1
+    column = len(stripped) - (stripped.rfind("\n") + 1) + 1
+    return Pos(file, line, column, line, column, len(stripped), len(stripped))
+
+
+def _syntax_error(e: UnexpectedInput, text: str, file: str) -> UcutSyntaxError:
+    """Turn Lark's exception into a Diagnostic that says, in words, what was expected."""
+    if isinstance(e, UnexpectedCharacters):
+        pos = Pos(file, e.line, e.column, e.line, e.column + 1, e.pos_in_stream, e.pos_in_stream + 1)
+        char = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else ""
+        expected = sorted(e.allowed or ())
+        message = f"unexpected character {char!r}"
+        if expected:
+            message += f": expected {_words(expected)}"
+        return UcutSyntaxError([Diagnostic(message, pos, code="syntax")], e.get_context(text))
+
+    assert isinstance(e, (UnexpectedToken, UnexpectedEOF))
+    tok: Token = e.token
+    expected = sorted(getattr(e, "accepts", None) or e.expected or ())
+    at_end = tok.type == "$END"
+    pos = _end_pos(text, file) if at_end else _token_pos(tok, file)
+    stack = list(getattr(e.state, "value_stack", None) or ())
+    prev = stack[-1] if stack else None
+    valid = tuple(s for s in (_terminal_spelling(n) for n in expected) if s)
+    message = f"expected {_words(expected)}, found {_found(tok)}"
+    code = "syntax"
+
+    if at_end and "RBRACE" in expected:
+        message = "the file ends before a block is closed: expected '}'"
+        valid = ("}",)
+    elif tok.type == "KERNEL" and "RBRACE" in expected:
+        message = "a new 'kernel' starts before the previous block is closed: expected '}'"
+        valid = ("}",)
+    elif isinstance(prev, Token) and prev.type == "NAME" and "COLON" in expected and "EQUAL" in expected:
+        before = stack[-2] if len(stack) >= 2 else None
+        if isinstance(before, Tree) and str(before.data).startswith("__") and before.children:
+            before = before.children[-1]  # the item lists (kernel_item*, epi_item*) are folded trees
+        if str(prev) == "kernel" and tok.type == "NAME":
+            message = "a new 'kernel' starts before the previous block is closed: expected '}'"
+            valid = ("}",)
+            pos = _token_pos(prev, file)
+        elif tok.type == "LBRACE":
+            message = f"{str(prev)!r} does not open a block: the block in a kernel is 'epilogue'"
+            valid = ("epilogue",)
+            pos = _token_pos(prev, file)
+        elif isinstance(before, Tree) and before.data == "decl" and before.children[3:] == [None, None]:
+            message = f"{str(prev)!r} is not a layout{_did_you_mean(str(prev), LAYOUTS)}"
+            valid = LAYOUTS
+            pos = _token_pos(prev, file)
+            code = "bad-layout"
+        else:
+            message = (f"expected '=' (a setting: {prev} = value) or ':' (a declaration: {prev} : bf16[M, N]) "
+                       f"after {str(prev)!r}, found {_found(tok)}")
+    elif tok.type == "LSQB":
+        message = "unexpected '[': dims follow the dtype of a declaration, as in a : bf16[M, K] (declarations " \
+                  "use ':', settings use '=')"
+        valid = (":",)
+    moved = at_end or pos.start != tok.start_pos  # the diagnostic points at an earlier token
+    context = _context(text, pos) if moved else e.get_context(text)
+    return UcutSyntaxError([Diagnostic(message, pos, valid, code=code)], context)
+
+
+# --- lowering: AST → IR ----------------------------------------------------------------------------------
+
+class _Lowering:
+    """Resolves names and fills defaults, collecting every Diagnostic instead of stopping at the first."""
+
+    def __init__(self, file: str):
+        self.file = file
+        self.diags: list[Diagnostic] = []
+
+    def error(self, code: str, message: str, pos: Pos, valid: Sequence[str] = ()) -> None:
+        self.diags.append(Diagnostic(message, pos, tuple(valid), code=code))
+
+    # program and kernels
+
+    def program(self, kernels: Sequence[_Kernel], source: str) -> Program:
+        lowered = []
+        seen: dict[str, Pos] = {}
+        for k in kernels:
+            if k.name in seen:
+                self.error("duplicate-kernel", f"kernel {k.name!r} is defined twice (first at line "
+                           f"{seen[k.name].line})", k.name_pos)
+            seen.setdefault(k.name, k.name_pos)
+            kernel = self.kernel(k)
+            if kernel is not None:
+                lowered.append(kernel)
+        return Program(tuple(lowered), source=source, file=self.file)
+
+    def kernel(self, k: _Kernel) -> GemmKernel | None:
+        errors_before = len(self.diags)
+        if k.family not in FAMILIES:
+            self.error("unknown-family", f"kernel family {k.family!r} is not supported yet", k.family_pos, FAMILIES)
+            return None
+        values: dict[str, Any] = {}
+        setting_pos: dict[str, Pos] = {}
+        first_at: dict[str, Pos] = {}
+        operands: dict[str, Operand] = {}
+        declared: set[str] = set()
+        epilogue: _Epilogue | None = None
+        for item in k.items:
+            if isinstance(item, _Setting):
+                if item.name not in SETTINGS:
+                    hint = (f"; {item.name} is an operand: declare it with ':' ({item.name} : bf16[...])"
+                            if item.name in OPERAND_DIMS else _did_you_mean(item.name, list(SETTINGS)))
+                    self.error("unknown-setting", f"unknown setting {item.name!r}{hint}", item.name_pos,
+                               tuple(SETTINGS))
+                    continue
+                if item.name in first_at:
+                    self.error("duplicate-setting", f"{item.name} is set twice (first at line "
+                               f"{first_at[item.name].line})", item.name_pos)
+                    continue
+                first_at[item.name] = item.name_pos
+                value = self.value(item.name, item.value, SETTINGS[item.name].convert)
+                setting_pos[item.name] = item.value.pos
+                if value is not _FAILED:
+                    values[item.name] = value
+            elif isinstance(item, _Decl):
+                if item.name not in OPERAND_DIMS:
+                    if item.name in SETTINGS:
+                        msg = f"{item.name} is a setting: write {item.name} = value"
+                        self.error("syntax", msg, item.name_pos, (f"{item.name} =",))
+                    else:
+                        msg = (f"{item.name!r} is not a GEMM operand; extra inputs of the epilogue are declared "
+                               f"inside epilogue {{ }}")
+                        self.error("unknown-operand", msg, item.name_pos, tuple(OPERAND_DIMS))
+                    continue
+                if item.name in declared:
+                    self.error("duplicate-operand", f"operand {item.name} is declared twice (first at line "
+                               f"{first_at['.' + item.name].line})", item.name_pos)
+                    continue
+                declared.add(item.name)
+                first_at["." + item.name] = item.name_pos
+                op = self.operand(item, setting_pos)
+                if op is not None:
+                    operands[item.name] = op
+            else:
+                if epilogue is not None:
+                    self.error("duplicate-epilogue", f"a kernel has one epilogue block (first at line "
+                               f"{epilogue.pos.line})", item.pos)
+                    continue
+                epilogue = item
+
+        missing = [n for n in _REQUIRED_OPERANDS if n not in declared]
+        if missing:
+            examples = {"a": "a : bf16[M, K] row", "b": "b : bf16[N, K] row", "d": "d : bf16[M, N] row"}
+            self.error("missing-operand", f"kernel {k.name} needs operands a, b and d; missing: "
+                       f"{', '.join(missing)}", k.name_pos, tuple(examples[n] for n in missing))
+        inputs, expr = self.epilogue(epilogue, c_pos=first_at.get(".c"))
+        if len(self.diags) > errors_before:
+            return None
+        for name in SETTINGS:
+            values.setdefault(name, DEFAULTS[name])
+        return GemmKernel(
+            name=k.name, a=operands["a"], b=operands["b"], c=operands.get("c"), d=operands["d"],
+            epilogue_inputs=inputs, epilogue=expr, pos=k.name_pos, setting_pos=setting_pos, **values)
+
+    # values and choices
+
+    def value(self, what: str, value: _Value, convert: Callable[[_Atom], Any]) -> Any:
+        """One atom → typed value; a choice → :class:`Choice`. Returns ``_FAILED`` after reporting."""
+        if isinstance(value, _Atom):
+            try:
+                return convert(value)
+            except _Bad as bad:
+                self.error(bad.code, bad.message, value.pos, bad.valid)
+                return _FAILED
+        options, spellings, ok = [], [], True
+        for atom in value.items:
+            try:
+                typed = convert(atom)
+            except _Bad as bad:
+                self.error(bad.code, bad.message, atom.pos, bad.valid)
+                ok = False
+                continue
+            if atom.text in spellings or typed in options:
+                self.error("duplicate-option", f"{atom.text} is listed twice in the choice for {what}", atom.pos)
+                ok = False
+                continue
+            options.append(typed)
+            spellings.append(atom.text)
+        return Choice(tuple(options), tuple(spellings), value.pos) if ok else _FAILED
+
+    # operands
+
+    def operand(self, d: _Decl, setting_pos: dict[str, Pos]) -> Operand | None:
+        ok = True
+        name = d.name
+        expected = OPERAND_DIMS[name]
+        dtype = self.value(f"{name}.dtype", d.dtype, _dtype_converter(name))
+        setting_pos[f"{name}.dtype"] = d.dtype.pos
+        ok &= dtype is not _FAILED
+        example = f"{name} : bf16[{', '.join(expected)}] row"
+        if d.dims is None:
+            self.error("bad-dims", f"{name} needs its dims, e.g. {example}", d.dtype.pos,
+                       (f"[{', '.join(expected)}]",))
+            ok = False
+        elif sorted(d.dims.names) != sorted(expected):
+            valid = (f"[{', '.join(expected)}]", f"[{', '.join(reversed(expected))}]")
+            self.error("bad-dims", f"{name} is declared over [{', '.join(d.dims.names)}]; {name} must be over "
+                       f"{valid[0]} or {valid[1]}", d.dims.pos, valid)
+            ok = False
+        layout: Any = Layout.row
+        if d.layout is not None:
+            layout = self.value(f"{name}.layout", d.layout, _layout_converter(name))
+            setting_pos[f"{name}.layout"] = d.layout.pos
+            ok &= layout is not _FAILED
+        binding = None
+        if d.source is not None:
+            binding = d.source.text
+            if d.source.kind == "literal":
+                self.error("bad-binding", f"operand {name} is a tensor; only an epilogue scalar takes a value",
+                           d.source.pos)
+                ok = False
+            elif name == "d" and d.source.kind == "in":
+                self.error("bad-binding", f"d is the output: bind it with '->' (d : ... -> {binding})",
+                           d.source.pos, ("->",))
+                ok = False
+            elif name != "d" and d.source.kind == "out":
+                self.error("bad-binding", f"{name} is an input: bind it with '<-' ({name} : ... <- {binding})",
+                           d.source.pos, ("<-",))
+                ok = False
+        if not ok:
+            return None
+        return Operand(name, dtype, d.dims.names, layout, binding, d.pos)  # type: ignore[union-attr]
+
+    # epilogue
+
+    def epilogue(self, epi: _Epilogue | None, c_pos: Pos | None) -> tuple[tuple[EpilogueInput, ...], Expr]:
+        has_c = c_pos is not None
+        if epi is None:
+            if has_c:
+                self.error("unused-input", "c is declared but there is no epilogue to read it: add "
+                           "epilogue { d = acc + c }", c_pos)
+            return (), Acc()
+        inputs: dict[str, EpilogueInput] = {}
+        decl_pos: dict[str, Pos] = {}
+        for item in epi.items:
+            if isinstance(item, _Decl):
+                inp = self.epilogue_input(item, decl_pos)
+                if inp is not None:
+                    inputs[item.name] = inp
+        reserved = {"acc": "the accumulator", "a": "an operand", "b": "an operand", "c": "an operand",
+                    "d": "the output"}
+        env: dict[str, Expr] = {}
+        env_pos: dict[str, Pos] = {}
+        assigned_later = {item.name for item in epi.items if isinstance(item, _Assign)}
+        used_inputs: set[str] = set()
+        used_names: set[str] = set()
+        failed: set[str] = set()  # intermediates whose expression had an error (already reported)
+        final: Expr | None = None
+        for item in epi.items:
+            if not isinstance(item, _Assign):
+                continue
+            if final is not None:
+                self.error("bad-assignment", f"d must be the last assignment of the epilogue; {item.name} is "
+                           "assigned after it", item.name_pos)
+                continue
+            ctx = _ExprContext(has_c, inputs, decl_pos, env, assigned_later, used_inputs, used_names, failed)
+            expr = self.expr(item.expr, ctx)
+            if item.name == "d":
+                final = expr if expr is not None else Acc()
+                continue
+            if item.name in reserved:
+                self.error("bad-assignment", f"{item.name} is {reserved[item.name]}; assign intermediate "
+                           "values to new names and the result to d", item.name_pos)
+            elif item.name in inputs or item.name in decl_pos:
+                self.error("bad-assignment", f"{item.name} is an epilogue input (line {decl_pos[item.name].line}); "
+                           "assign to a new name", item.name_pos)
+            elif item.name in ACTIVATIONS:
+                self.error("bad-assignment", f"{item.name} is a function name", item.name_pos)
+            elif item.name in env:
+                self.error("bad-assignment", f"{item.name} is assigned twice (first at line "
+                           f"{env_pos[item.name].line})", item.name_pos)
+            elif expr is not None:
+                env[item.name] = expr
+                env_pos[item.name] = item.name_pos
+            else:
+                failed.add(item.name)
+        if final is None:
+            self.error("missing-output", "the epilogue never assigns d: end it with d = <expression of acc>",
+                       epi.pos, ("d = acc",))
+            return (), Acc()
+        if not any(isinstance(node, Acc) for node in ir.walk(final)):
+            self.error("unused-acc", "the epilogue never reads acc (the A·B product)", _expr_pos(final, epi.pos))
+        for name, pos in decl_pos.items():
+            if name not in used_inputs:
+                self.error("unused-input", f"{name} is declared but the epilogue never reads it", pos)
+        if c_pos is not None and "c" not in used_inputs:
+            self.error("unused-input", "c is declared but the epilogue never reads it (e.g. d = acc + c)", c_pos)
+        for name, pos in env_pos.items():
+            if name not in used_names:
+                self.error("unused-name", f"{name} is computed but never used", pos)
+        return tuple(inputs.values()), final
+
+    def epilogue_input(self, d: _Decl, decl_pos: dict[str, Pos]) -> EpilogueInput | None:
+        name = d.name
+        if name in ("acc", "a", "b", "c", "d") or name in ACTIVATIONS:
+            what = "a function" if name in ACTIVATIONS else "reserved in the epilogue (acc, a, b, c, d)"
+            self.error("bad-name", f"{name!r} is {what}; name the input something else", d.name_pos)
+            return None
+        if name in decl_pos:
+            self.error("duplicate-input", f"{name} is declared twice (first at line {decl_pos[name].line})",
+                       d.name_pos)
+            return None
+        decl_pos[name] = d.name_pos
+        ok = True
+        dtype = None
+        if isinstance(d.dtype, _Choice):
+            self.error("choice-not-allowed", f"{name}: choices {{…}} are not allowed in epilogue inputs yet",
+                       d.dtype.pos)
+            ok = False
+        else:
+            try:
+                dtype = _dtype_converter(name)(d.dtype)
+            except _Bad as bad:
+                self.error(bad.code, bad.message, d.dtype.pos, bad.valid)
+                ok = False
+        dims = d.dims.names if d.dims is not None else ()
+        kind = EPILOGUE_DIMS.get(dims)
+        if kind is None:
+            self.error("bad-dims", f"epilogue input {name} is over [{', '.join(dims)}]; inputs are [N] (one value "
+                       "per column), [M] (per row), [M, N] (a matrix) or no dims (a scalar)",
+                       d.dims.pos if d.dims else d.pos, ("[N]", "[M]", "[M, N]", "[N, M]", "no dims"))
+            ok = False
+        layout = Layout.row
+        if d.layout is not None:
+            if kind is not EpilogueInputKind.matrix:
+                self.error("bad-layout", f"{name}: a layout applies to [M, N] inputs only", d.layout.pos)
+                ok = False
+            elif isinstance(d.layout, _Choice):
+                self.error("choice-not-allowed", f"{name}: choices {{…}} are not allowed in epilogue inputs yet",
+                           d.layout.pos)
+                ok = False
+            else:
+                try:
+                    layout = _layout_converter(name)(d.layout)
+                except _Bad as bad:
+                    self.error(bad.code, bad.message, d.layout.pos, bad.valid)
+                    ok = False
+        binding, value = None, None
+        if d.source is not None:
+            if d.source.kind == "out":
+                self.error("unsupported", f"{name}: extra epilogue outputs (->) come later; bind inputs with '<-'",
+                           d.source.pos, ("<-",))
+                ok = False
+            elif d.source.kind == "in":
+                binding = d.source.text
+            elif kind is not EpilogueInputKind.scalar:
+                self.error("bad-binding", f"{name} is a tensor; only a scalar (no dims) takes a literal value",
+                           d.source.pos)
+                ok = False
+            else:
+                value = float(d.source.text)
+        if not ok:
+            return None
+        return EpilogueInput(name, kind, dtype, dims, layout, binding, value, d.pos)  # type: ignore[arg-type]
+
+    def expr(self, node: Any, ctx: "_ExprContext") -> Expr | None:
+        """AST expression → IR expression with intermediates inlined; None after reporting an error."""
+        if isinstance(node, _Num):
+            return Const(float(node.text), node.pos)
+        if isinstance(node, _Name):
+            return self.name(node, ctx)
+        if isinstance(node, _Neg):
+            arg = self.expr(node.arg, ctx)
+            if arg is None:
+                return None
+            if isinstance(arg, Const):
+                return Const(-arg.value, node.pos)
+            return Binary("*", Const(-1.0, node.pos), arg, node.pos)
+        if isinstance(node, _Call):
+            args = [self.expr(a, ctx) for a in node.args]
+            if node.name not in ACTIVATIONS:
+                self.error("unknown-function", f"unknown function {node.name!r}"
+                           f"{_did_you_mean(node.name, ACTIVATIONS)}", node.pos, ACTIVATIONS)
+                return None
+            if len(node.args) != 1:
+                self.error("bad-call", f"{node.name} takes one argument, got {len(node.args)}", node.pos)
+                return None
+            return Unary(node.name, args[0], node.pos) if args[0] is not None else None
+        assert isinstance(node, _BinOp)
+        lhs, rhs = self.expr(node.lhs, ctx), self.expr(node.rhs, ctx)
+        if node.op == "/":
+            self.error("unsupported", "'/' is not supported yet: multiply by the reciprocal (x * 0.125)",
+                       node.pos, ir.BINARY_OPS)
+            return None
+        if lhs is None or rhs is None:
+            return None
+        return Binary(node.op, lhs, rhs, node.pos)
+
+    def name(self, node: _Name, ctx: "_ExprContext") -> Expr | None:
+        name = node.name
+        if name == "acc":
+            return Acc(node.pos)
+        if name == "c":
+            if ctx.has_c:
+                ctx.used_inputs.add("c")
+                return Src(node.pos)
+            self.error("undefined-name", "c is not declared: declare the source operand in the kernel, e.g. "
+                       "c : bf16[M, N] row <- residual", node.pos)
+            return None
+        if name in ctx.inputs or name in ctx.decl_pos:
+            ctx.used_inputs.add(name)
+            return Ref(name, node.pos) if name in ctx.inputs else None
+        if name in ctx.env:
+            ctx.used_names.add(name)
+            return ctx.env[name]
+        if name in ctx.failed:
+            return None
+        if name in ctx.assigned_later:
+            self.error("undefined-name", f"{name} is used before it is assigned", node.pos)
+            return None
+        if name in ACTIVATIONS:
+            self.error("undefined-name", f"{name} is a function: call it, as in {name}(acc)", node.pos)
+            return None
+        if name in ("a", "b", "d"):
+            self.error("undefined-name", f"{name} is a GEMM operand; the epilogue reads acc (= A·B) and c",
+                       node.pos)
+            return None
+        known = ["acc"] + (["c"] if ctx.has_c else []) + list(ctx.decl_pos) + list(ctx.env)
+        self.error("undefined-name", f"{name!r} is not defined{_did_you_mean(name, known)}", node.pos, known)
+        return None
+
+
+@dataclass
+class _ExprContext:
+    has_c: bool
+    inputs: Mapping[str, EpilogueInput]
+    decl_pos: Mapping[str, Pos]
+    env: Mapping[str, Expr]
+    assigned_later: set[str]
+    used_inputs: set[str]
+    used_names: set[str]
+    failed: set[str]
+
+
+_FAILED = object()
+
+
+def _dtype_converter(owner: str) -> Callable[[_Atom], DType]:
+    def convert(atom: _Atom) -> DType:
+        if atom.kind == "name" and atom.text in DTYPES:
+            return DType(atom.text)
+        raise _Bad(f"unknown dtype {atom.text!r} for {owner}{_did_you_mean(atom.text, DTYPES)}", DTYPES,
+                   "unknown-dtype")
+    return convert
+
+
+def _layout_converter(owner: str) -> Callable[[_Atom], Layout]:
+    def convert(atom: _Atom) -> Layout:
+        if atom.kind == "name" and atom.text in LAYOUTS:
+            return Layout(atom.text)
+        raise _Bad(f"{atom.text!r} is not a layout for {owner}", LAYOUTS, "bad-layout")
+    return convert
+
+
+def _expr_pos(expr: Expr, default: Pos) -> Pos:
+    pos = getattr(expr, "pos", None)
+    return pos if isinstance(pos, Pos) and pos.line else default
+
+
+# --- public API ------------------------------------------------------------------------------------------
+
+def parse(text: str, file: str = "<string>") -> Program:
+    """Parse `.ucut` text and lower it to the IR.
+
+    Args:
+        text: the program.
+        file: the name shown in positions and diagnostics.
+
+    Returns:
+        The :class:`~ucutlass.ir.Program`; its kernels may still hold open :class:`~ucutlass.ir.Choice` values.
+
+    Raises:
+        UcutSyntaxError: the text does not parse (one diagnostic, with the line and a caret in ``context``),
+            or does not lower (every problem found: unknown setting, dtype or function, bad dims or value,
+            undefined or unused name, duplicates, missing operands, …).
+    """
+    try:
+        tree = _parser().parse(text)
+    except UnexpectedInput as e:
+        raise _syntax_error(e, text, file) from None
+    try:
+        kernels = _ToAst(file).transform(tree)
+    except VisitError as e:
+        meta = getattr(e.obj, "meta", None)
+        pos = _meta_pos(meta, file) if meta is not None else Pos(file)
+        raise UcutSyntaxError([Diagnostic(f"cannot read {e.rule}: {e.orig_exc}", pos, code="syntax")],
+                              _context(text, pos)) from e.orig_exc
+    lowering = _Lowering(file)
+    program = lowering.program(kernels, text)
+    if lowering.diags:
+        diags = sorted(lowering.diags, key=lambda d: (d.pos.line, d.pos.column))
+        raise UcutSyntaxError(diags, _context(text, diags[0].pos))
+    return program
+
+
+def parse_file(path: str | Path) -> Program:
+    """Read and :func:`parse` a `.ucut` file; positions name the file as given."""
+    path = Path(path)
+    return parse(path.read_text(encoding="utf-8"), file=str(path))
+
+
+def legal_combinations(kernel: GemmKernel, extents: Mapping[str, int] | None = None
+                       ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], list[Diagnostic]]]]:
+    """Check every combination of a kernel's open choices against the arch rules.
+
+    Args:
+        kernel: a kernel, usually with open choices (a concrete one gives one empty combination).
+        extents: optional problem extents (``{"M": 4096, ...}``) for the alignment rules.
+
+    Returns:
+        ``(legal, rejected)``: ``legal`` lists the picks (keys as :meth:`GemmKernel.choices`, values typed,
+        e.g. ``{"tile": (128, 128, 64), "schedule": Schedule.pingpong}``) that pass; ``rejected`` pairs each
+        other pick with the errors it breaks. Both in the order of the product of the options.
+    """
+    from .arch.sm90 import check_kernel
+
+    choices = kernel.choices()
+    keys = list(choices)
+    legal: list[dict[str, Any]] = []
+    rejected: list[tuple[dict[str, Any], list[Diagnostic]]] = []
+    for combo in itertools.product(*(choices[k].options for k in keys)):
+        picks = dict(zip(keys, combo))
+        errors = [d for d in check_kernel(kernel.resolve(picks), extents) if d.severity == "error"]
+        (rejected.append((picks, errors)) if errors else legal.append(picks))
+    return legal, rejected
+
+
+def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | None = None) -> list[Diagnostic]:
+    """Run the architecture rules on a program or one kernel.
+
+    A concrete kernel gets the rule violations of :func:`ucutlass.arch.sm90.check_kernel`. A kernel with
+    open choices is checked in every combination: each rule that *every* combination breaks is reported
+    as an error, followed by a summary (severity ``note`` when some combinations are legal, ``error``
+    when none is) that counts the legal combinations and names the rules that rejected the others.
+
+    Args:
+        program_or_kernel: a :class:`~ucutlass.ir.Program` (all its kernels) or a single kernel.
+        extents: optional problem extents by dim name, for the 16-byte alignment rule.
+
+    Returns:
+        The diagnostics; no ``error`` among them means every kernel (or some combination) is legal.
+    """
+    from .arch.sm90 import check_kernel
+
+    kernels = program_or_kernel.kernels if isinstance(program_or_kernel, Program) else (program_or_kernel,)
+    out: list[Diagnostic] = []
+    for kernel in kernels:
+        if kernel.is_concrete():
+            out.extend(check_kernel(kernel, extents))
+            continue
+        legal, rejected = legal_combinations(kernel, extents)
+        total = len(legal) + len(rejected)
+        keys = ", ".join(kernel.choices())
+        if not legal:
+            common = set.intersection(*({d.code for d in errs} for _, errs in rejected))
+            for d in rejected[0][1]:
+                if d.code in common:
+                    out.append(Diagnostic(f"{d.message} (this rule rejects every combination of the open choices)",
+                                          d.pos, d.valid, d.code, d.severity))
+        counts: dict[str, int] = {}
+        for _, errs in rejected:
+            for code in dict.fromkeys(d.code for d in errs):
+                counts[code] = counts.get(code, 0) + 1
+        message = f"{len(legal)} of {total} combinations of the open choices ({keys}) pass the sm90 rules"
+        if counts:
+            message += "; rejected by " + ", ".join(f"{code} ({n})" for code, n in counts.items())
+        out.append(Diagnostic(message, kernel.pos, code="choices", severity="note" if legal else "error"))
+    return out
