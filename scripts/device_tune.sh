@@ -10,9 +10,11 @@ for item in "$@"; do
   args=(--out "/tmp/tune/$problem" --jobs "${JOBS:-24}" --batch "${BATCH:-24}")
   [ "$spec" != "$item" ] && args+=(--spec "$REPO/$spec")
   [ -n "${TRIALS:-}" ] && args+=(--trials "$TRIALS")
+  [ -n "${TIME_LIMIT:-}" ] && args+=(--time-limit "$TIME_LIMIT")
+  [ -n "${GPU:-}" ] && args+=(--gpu "$GPU")
   echo "== ucutlass tune $problem ${args[*]}"
   ( cd /tmp && PYTHONUNBUFFERED=1 timeout "${TUNE_TIMEOUT:-400}" ucutlass tune "$problem" "${args[@]}" ) \
     > "$OUT/$problem.log" 2>&1
-  grep -v 'it/s\]$' "$OUT/$problem.log" | tail -45
+  tr '\r' '\n' < "$OUT/$problem.log" | grep -v '%|' | tail -45
   tar czf "$OUT/$problem.tgz" -C /tmp/tune "$problem"
 done

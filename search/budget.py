@@ -8,12 +8,13 @@ number of trials).
 Stop rules (DESIGN.md, "Search"; μCUTLASS found ε between 25% and 250% of T_SOL and w = 12–16 trials
 without gain to work): stop when the best objective (geomean of T_kernel / T_SOL) is within ``1 + ε``,
 after ``patience`` finished trials without a relative gain of at least ``min_gain``, when the budget is
-spent, or when every legal configuration has been measured.
+spent, when every legal configuration has been measured, or when a time limit is reached.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -57,6 +58,7 @@ class StopRule:
         budget: trials to run at most (counting failed and pruned ones).
         legal_size: legal configurations in the space.
         min_gain: relative improvement that counts as a gain.
+        time_limit_s: wall-clock limit of the search (the verification of the best comes after it).
     """
 
     epsilon: float = 0.25
@@ -64,6 +66,8 @@ class StopRule:
     budget: int = 32
     legal_size: int = 1 << 30
     min_gain: float = 0.01
+    time_limit_s: float | None = None
+    started: float = field(default_factory=time.monotonic)
     best: float = math.inf
     since_gain: int = 0
     finished: int = 0
@@ -94,6 +98,8 @@ class StopRule:
             self.reason = f"trial budget of {self.budget} spent"
         elif len(self.tried) >= self.legal_size:
             self.reason = f"all {self.legal_size} legal configurations tried"
+        elif self.time_limit_s is not None and time.monotonic() - self.started >= self.time_limit_s:
+            self.reason = f"time limit of {self.time_limit_s:.0f} s reached"
         else:
             return False
         return True

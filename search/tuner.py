@@ -85,6 +85,7 @@ class TuneConfig:
         sampler: ``auto`` (``brute`` when the legal space fits in the budget, else ``tpe``), ``tpe``,
             ``random`` or ``brute`` (every legal configuration enqueued in the study, in a seeded order).
         seed: sampler seed.
+        time_limit_s: stop searching after this many seconds (the best is still verified).
     """
 
     trials: int | None = None
@@ -94,6 +95,7 @@ class TuneConfig:
     max_workloads: int = 6
     sampler: str = "auto"
     seed: int = 0
+    time_limit_s: float | None = None
 
 
 @dataclass
@@ -213,7 +215,8 @@ class Tuner:
         study.set_user_attr("problem", self.problem.id)
         study.set_user_attr("kernel", self.space.kernel_name)
         study.set_user_attr("tuned_workloads", [w.uuid for w in workloads])
-        stop = StopRule(epsilon=cfg.epsilon, patience=cfg.patience, budget=budget, legal_size=len(legal))
+        stop = StopRule(epsilon=cfg.epsilon, patience=cfg.patience, budget=budget, legal_size=len(legal),
+                        time_limit_s=cfg.time_limit_s)
         # Resume: what earlier runs of this study measured is known (and not paid for again).
         known: dict[tuple, float | None] = {}
         for t in study.get_trials(deepcopy=False):

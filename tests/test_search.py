@@ -181,6 +181,11 @@ def test_stop_rule_patience():
     assert rule.should_stop() and "without" in rule.reason
 
 
+def test_stop_rule_time_limit():
+    rule = StopRule(budget=100, time_limit_s=0.0)
+    assert rule.should_stop() and "time limit" in rule.reason
+
+
 def test_report_files(tune_plan, tmp_path):
     result = make_tuner(tune_plan, FakeBuild(), FakeMeasure(),
                         config=TuneConfig(batch=4, seed=1, trials=12, sampler="brute")).run()

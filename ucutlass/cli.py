@@ -269,7 +269,8 @@ def cmd_tune(args) -> int:
                         "(see docs/DSL.md and the kernel.ucut of a shipped problem)")
     program = _load_program(str(spec))
     config = TuneConfig(trials=args.trials, epsilon=args.epsilon, patience=args.patience, batch=args.batch,
-                        max_workloads=args.max_workloads, sampler=args.sampler, seed=args.seed)
+                        max_workloads=args.max_workloads, sampler=args.sampler, seed=args.seed,
+                        time_limit_s=args.time_limit)
     if args.dry_run:
         p = plan(problem, program, kernel=args.kernel, source_file=str(spec), max_workloads=args.max_workloads)
         t_sol = None
@@ -364,6 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=float, default=0.25, help="stop within (1+ε)·T_SOL")
     p.add_argument("--patience", type=int, default=12, help="stop after this many trials without gain")
     p.add_argument("--sampler", default="auto", choices=["auto", "tpe", "random", "brute"])
+    p.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop searching after this long "
+                   "(the best found is still verified on every workload)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpu", default="local", help="hardware spec for T_SOL (default: this GPU)")
     p.add_argument("--dry-run", action="store_true", help="show the space and plan; no GPU needed")
