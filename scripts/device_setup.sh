@@ -1,6 +1,6 @@
 # Source this on the GPU machine (the `device` tool's copy of the repo): installs the carried wheels
 # (.whl/, from ../shared/tools/device-wheels.sh) and the project itself, non-editable, into /tmp/site.
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir \
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl . || return 1
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 export UCUTLASS_CACHE_DIR=/tmp/ucutlass-cache
