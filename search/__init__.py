@@ -115,10 +115,13 @@ def _progress_printer(total_hint: int | None):
                   f"{ev['legal']} legal of {ev['space']} configs, sampler {ev['sampler']}"
                   + (f", resuming after {ev['resumed']} finished trials" if ev["resumed"] else ""), file=sys.stderr)
             state["bar"] = tqdm(total=ev["budget"], unit="trial", file=sys.stderr, dynamic_ncols=True)
+        elif kind == "pruned":
+            state["pruned"] = state.get("pruned", 0) + 1
         elif kind == "trial" and bar is not None:
             bar.update(1)
             if ev["state"] == "COMPLETE":
-                bar.set_postfix_str(f"last {ev['value']:.3f} best {ev['best']:.3f} ×T_SOL")
+                bar.set_postfix_str(f"last {ev['value']:.3f} best {ev['best']:.3f} ×T_SOL, "
+                                    f"{state.get('pruned', 0)} illegal proposals pruned")
             else:
                 bar.write(f"trial {ev['number']} {ev['state']}: {ev.get('reason', '')[:160]}")
         elif kind == "verify":

@@ -71,6 +71,9 @@ class Measurer(Protocol):
 
 BuildFn = Callable[[Sequence[Candidate]], Sequence[BuildResult]]
 
+#: Proposals asked per wanted candidate before giving up on the sampler finding a new legal one.
+MAX_FREE_ASKS = 64
+
 
 @dataclass
 class TuneConfig:
@@ -220,55 +223,51 @@ class Tuner:
         # Resume: what earlier runs of this study measured is known (and not paid for again).
         known: dict[tuple, float | None] = {}
         for t in study.get_trials(deepcopy=False):
-            if t.state.is_finished():
-                stop.finished += 1  # the budget counts the study's trials, earlier runs included
-            if t.state in (TrialState.COMPLETE, TrialState.FAIL):
+            if t.state in (TrialState.COMPLETE, TrialState.FAIL) and not t.user_attrs.get("duplicate"):
                 key = params_key(t.params)
                 known[key] = t.value if t.state is TrialState.COMPLETE else None
+                stop.finished += 1  # the budget counts the study's measured trials, earlier runs included
                 stop.tried.add(key)
                 if t.state is TrialState.COMPLETE:
                     stop.best = min(stop.best, t.value)
         self.progress({"event": "start", "budget": budget, "legal": len(legal), "space": self.space.size,
                        "headroom": head, "sampler": kind, "resumed": len(known)})
         dists = self.space.distributions()
-        stale_batches = 0
         while not stop.should_stop():
             batch: list[tuple[optuna.Trial, Candidate]] = []
-            remaining = budget - stop.finished
-            for _ in range(max(1, min(cfg.batch, remaining))):
+            want = max(1, min(cfg.batch, budget - stop.finished, len(legal) - len(stop.tried)))
+            # Illegal and already-measured proposals cost no compile and no budget: they are told to
+            # the study (so the sampler learns) and the next proposal is asked for, up to a limit.
+            for _ in range(MAX_FREE_ASKS * want):
+                if len(batch) >= want:
+                    break
                 trial = study.ask(dists)
                 params = {k: trial.params[k] for k in dists}
                 key = params_key(params)
                 if key in known or any(params_key(c.params) == key for _, c in batch):
-                    # Already measured (or in this batch): tell the known value without paying again.
                     value = known.get(key)
                     trial.set_user_attr("duplicate", True)
                     if value is None:
-                        self._tell_pruned(study, trial, "duplicate of a configuration that already failed",
-                                          status="DUPLICATE")
+                        self._tell_pruned(study, trial, "duplicate of a configuration that is illegal, "
+                                          "failed or in this batch", status="DUPLICATE")
                     else:
                         study.tell(trial, value)
-                    stop.record(None)
                     continue
                 violations = self.space.violations(params)
                 if violations:
                     self._tell_pruned(study, trial, "; ".join(d.message for d in violations))
                     known[key] = None
-                    stop.record(None)
-                    self.progress({"event": "trial", "number": trial.number, "state": "PRUNED",
-                                   "params": params, "reason": violations[0].message})
+                    self.progress({"event": "pruned", "number": trial.number, "params": params,
+                                   "reason": violations[0].message})
                     continue
                 kernel = self.space.concrete(params)
                 cand = Candidate(trial.number, params, kernel, self.space.concrete_program(params))
                 trial.set_user_attr("config", kernel.config_name())
                 batch.append((trial, cand))
             if not batch:
-                stale_batches += 1
-                if stale_batches > 3:
-                    stop.reason = "the sampler keeps proposing configurations already measured"
-                    break
-                continue
-            stale_batches = 0
+                stop.reason = (f"the sampler proposed {MAX_FREE_ASKS * want} configurations in a row that "
+                               "were illegal or already measured")
+                break
             builds = self.build([c for _, c in batch])
             for (trial, cand), built in zip(batch, builds):
                 cand.build = built

@@ -84,6 +84,8 @@ BAD = [
     ("stages = 1", ABD, "", "sm90.stages-min", 3),
     ("tile = 128x128x64 stages = 7", ABD, "", "sm90.smem", 3),
     ("tile = 256x256x128", ABD, "", "sm90.smem-auto", 3),
+    ("split_k = 4", ABD, "", "sm90.split-k-scheduler", 3),
+    ("tile = 128x128x64 scheduler = stream_k swizzle = 3", ABD, "", "sm90.swizzle", 3),
 ]
 
 
@@ -98,7 +100,23 @@ def test_each_rule_fires_alone_at_the_setting(settings, operands, epilogue, code
 
 
 def test_every_rule_has_a_failing_case():
-    assert {code for *_, code, _ in BAD} | {"sm90.align"} == set(sm90.RULES)
+    assert {code for *_, code, _ in BAD} | {"sm90.align", "sm90.split-k-range"} == set(sm90.RULES)
+
+
+def test_split_k_needs_k_tiles_when_extents_are_known():
+    k = kernel("tile = 128x128x64 scheduler = stream_k split_k = 8")
+    assert codes(k, {"M": 16, "N": 4096, "K": 4096}) == []
+    diags = sm90.check_kernel(k, {"M": 16, "N": 4096, "K": 256})
+    assert [d.code for d in diags] == ["sm90.split-k-range"]
+    assert diags[0].valid == ("1", "2", "4")
+
+
+def test_run_time_settings_share_one_build():
+    base = kernel("tile = 128x128x64 scheduler = stream_k")
+    variant = kernel("tile = 128x128x64 scheduler = stream_k split_k = 4 raster = along_n swizzle = 2")
+    assert base.digest() != variant.digest()
+    assert base.build_digest() == variant.build_digest()
+    assert variant.config_name().endswith("_sk4_ralong_n_sw2")
 
 
 def test_good_neighbours_of_the_bad_configs_pass():

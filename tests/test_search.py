@@ -137,6 +137,10 @@ def test_tpe_prunes_illegal_proposals_without_building_them(tune_plan):
     for params in build.calls:  # no illegal configuration ever reached the builder
         assert not tune_plan.space.violations(params)
     assert result.best is not None
+    # pruned and duplicate proposals are free: the budget buys 12 distinct legal configurations
+    measured = {json.dumps(t["params"], sort_keys=True) for t in result.trials
+                if t["state"] in ("COMPLETE", "FAIL") and not t.get("duplicate")}
+    assert len(measured) == 12 and "all 12 legal configurations tried" in result.stop_reason
 
 
 def test_stop_rule_within_epsilon_of_sol(tune_plan):

@@ -15,6 +15,7 @@ leaves ``error.log`` so the same failure is not paid for twice). Files are writt
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import functools
 import hashlib
 import json
@@ -298,19 +299,27 @@ def build_many(items: Iterable[tuple[str, str, str, dict | None]], *, jobs: int 
         on_done: called with each result as it finishes (for progress bars).
 
     Returns:
-        Results in the order of ``items``.
+        Results in the order of ``items``; items with the same source and target share one nvcc run
+        (configurations that differ only in run-time settings render to the same source).
     """
     items = list(items)
-    results: list[BuildResult | None] = [None] * len(items)
+    first: dict[tuple[str, str], int] = {}
+    for i, (src, _name, target, _meta) in enumerate(items):
+        first.setdefault((src, target), i)
+    unique: dict[int, BuildResult] = {}
     with cf.ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
-        futures = {pool.submit(build_source, src, name, target, root=root, timeout_s=timeout_s, meta=meta): i
-                   for i, (src, name, target, meta) in enumerate(items)}
+        futures = {pool.submit(build_source, items[i][0], items[i][1], items[i][2], root=root,
+                               timeout_s=timeout_s, meta=items[i][3]): i for i in first.values()}
         for fut in cf.as_completed(futures):
             res = fut.result()
-            results[futures[fut]] = res
+            unique[futures[fut]] = res
             if on_done:
                 on_done(res)
-    return [r for r in results if r is not None]
+    results = []
+    for src, name, target, _meta in items:
+        res = unique[first[(src, target)]]
+        results.append(res if res.name == name else dataclasses.replace(res, name=name))
+    return results
 
 
 def build_kernels(kernels: Sequence, *, source_file: str = "<string>", sources: Sequence[str] | None = None,
@@ -330,7 +339,7 @@ def build_kernels(kernels: Sequence, *, source_file: str = "<string>", sources: 
 
     items = []
     for i, k in enumerate(kernels):
-        meta = {"config": k.config_name(), "kernel_digest": k.digest()}
+        meta = {"config": k.build_config().config_name(), "build_digest": k.build_digest()}
         if sources is not None:
             meta["ucut"] = sources[i]
         items.append((render(k, source_file), k.config_name(), k.target.value, meta))

@@ -4,7 +4,7 @@ The logic that chooses lives here; the templates are plain C++ with holes (STYLE
 Every render uses ``jinja2.StrictUndefined``: a missing value is an error, never an empty string in C++.
 
 The generated translation unit exports a fixed C ABI (see ``templates/sm90_gemm.cu.j2``):
-``ucut_run(ptrs, scalars, extents, workspace, workspace_bytes, stream)``, ``ucut_workspace_size``,
+``ucut_run(ptrs, scalars, extents, knobs, workspace, workspace_bytes, stream)``, ``ucut_workspace_size``,
 ``ucut_can_implement``, ``ucut_info`` (JSON), ``ucut_last_error`` and ``ucut_abi_version``.
 :func:`abi_of` gives the argument order the runtime must follow.
 """
@@ -23,7 +23,7 @@ from .arch import sm90
 from .errors import CheckError, Diagnostic, UcutError
 from .ir import DType, EpilogueInputKind, GemmKernel, Layout, Schedule, TileScheduler
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # C++ spellings beside the IR's identities (STYLE.md: identity apart from rendering).
 CPP_ELEMENT = {DType.bf16: "cutlass::bfloat16_t", DType.f16: "cutlass::half_t", DType.f32: "float"}
@@ -64,11 +64,13 @@ class Abi:
             the epilogue's tensor inputs in declaration order.
         scalar_names: epilogue scalars passed at run time (as double) in ``scalars`` order.
         extents: the order of ``extents`` (``M``, ``N``, ``K``).
+        knobs: the run-time settings in ``knobs`` order (:data:`ucutlass.ir.RUNTIME_SETTINGS`).
     """
 
     ptr_names: tuple[str, ...]
     scalar_names: tuple[str, ...]
     extents: tuple[str, ...] = ("M", "N", "K")
+    knobs: tuple[str, ...] = ir.RUNTIME_SETTINGS
 
 
 def abi_of(kernel: GemmKernel) -> Abi:
@@ -187,6 +189,7 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
     problems = [d for d in sm90.check_kernel(kernel) if d.severity == "error"]
     if problems:
         raise CheckError(problems)
+    kernel = kernel.build_config()  # run-time settings are arguments, not code: one build serves them all
     schedule = sm90.resolve_schedule(kernel)
     abi = abi_of(kernel)
     tree = _TreeBuilder(kernel, abi)
@@ -203,6 +206,7 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
         "scalars": list(abi.scalar_names),
         "extents": list(abi.extents),
         "digest": kernel.digest(),
+        "knobs": list(abi.knobs),
     }
     return {
         "ucutlass_version": __version__,
@@ -227,6 +231,8 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
         "kernel_schedule": CPP_KERNEL_SCHEDULE[schedule],
         "epilogue_schedule": CPP_EPILOGUE_SCHEDULE[schedule],
         "tile_scheduler": CPP_TILE_SCHEDULER[kernel.scheduler],
+        "stream_k": kernel.scheduler is TileScheduler.stream_k,
+        "abi_version": ABI_VERSION,
         "stages": kernel.stages or 0,
         "aux_loads": tree.aux_loads,
         "evt_nodes": tree.nodes,

@@ -42,12 +42,12 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from . import ir
 from .errors import Diagnostic, UcutSyntaxError
-from .ir import (Acc, Binary, Choice, Const, DType, EpilogueInput, EpilogueInputKind, Expr, GemmKernel,
+from .ir import (Acc, Binary, Choice, Const, DType, EpilogueInput, EpilogueInputKind, Expr, GemmKernel, RasterOrder,
                  Layout, Operand, Pos, Program, Ref, Schedule, Src, Target, TileScheduler, Unary)
 
 __all__ = [
     "parse", "parse_file", "check", "legal_combinations",
-    "FAMILIES", "TARGETS", "DTYPES", "LAYOUTS", "SCHEDULES", "SCHEDULERS", "ACTIVATIONS", "SETTINGS",
+    "FAMILIES", "TARGETS", "DTYPES", "LAYOUTS", "SCHEDULES", "SCHEDULERS", "RASTERS", "ACTIVATIONS", "SETTINGS",
     "DEFAULTS", "ERROR_CODES", "OPERAND_DIMS", "EPILOGUE_DIMS", "KEYWORDS", "SettingSpec",
 ]
 
@@ -65,6 +65,8 @@ LAYOUTS = tuple(lay.value for lay in Layout)
 SCHEDULES = tuple(s.value for s in Schedule)
 #: ``scheduler`` values (:class:`ucutlass.ir.TileScheduler`).
 SCHEDULERS = tuple(s.value for s in TileScheduler)
+#: ``raster`` values (:class:`ucutlass.ir.RasterOrder`).
+RASTERS = tuple(r.value for r in RasterOrder)
 #: Functions an epilogue expression may call, each with one argument.
 ACTIVATIONS = ir.UNARY_OPS
 #: Words with a fixed meaning: block keywords, layouts, ``auto``, and the epilogue's ``acc`` and ``c``.
@@ -146,6 +148,14 @@ def _shape_converter(setting: str, example: str) -> Callable[["_Atom"], tuple[in
     return convert
 
 
+def _whole_number(setting: str, examples: Sequence[str]) -> Callable[["_Atom"], int]:
+    def convert(atom: _Atom) -> int:
+        if atom.kind == "number" and atom.text.isdigit() and int(atom.text) > 0:
+            return int(atom.text)
+        raise _Bad(f"{setting} = {atom.text} is not a whole number > 0", examples)
+    return convert
+
+
 def _stages(atom: _Atom) -> int | None:
     if atom.kind == "name" and atom.text == "auto":
         return None
@@ -188,6 +198,12 @@ SETTINGS: dict[str, SettingSpec] = {s.name: s for s in (
     SettingSpec("stages", "mainloop pipeline stages: auto or a number", ("auto", "2", "3", "4"), "auto", _stages),
     SettingSpec("scheduler", "tile scheduler", SCHEDULERS, "persistent",
                 _enum_converter("scheduler", TileScheduler, SCHEDULERS, "a tile scheduler")),
+    SettingSpec("split_k", "split-K factor, > 1 needs scheduler stream_k (given at run time)",
+                ("1", "2", "4", "8"), "1", _whole_number("split_k", ("1", "2", "4", "8"))),
+    SettingSpec("raster", "order the tile scheduler walks output tiles (given at run time)", RASTERS, "auto",
+                _enum_converter("raster", RasterOrder, RASTERS, "a raster order")),
+    SettingSpec("swizzle", "tile-scheduler swizzle size (given at run time)", ("1", "2", "4", "8"), "1",
+                _whole_number("swizzle", ("1", "2", "4", "8"))),
 )}
 assert tuple(SETTINGS) == ir.GEMM_SETTINGS
 

@@ -74,6 +74,14 @@ class TileScheduler(enum.Enum):
     stream_k = "stream_k"
 
 
+class RasterOrder(enum.Enum):
+    """Order in which the tile scheduler walks output tiles (CUTLASS RasterOrderOptions)."""
+
+    auto = "auto"  # Heuristic
+    along_m = "along_m"  # AlongM
+    along_n = "along_n"  # AlongN
+
+
 class EpilogueInputKind(enum.Enum):
     """How an extra epilogue input broadcasts over the M×N output tile.
 
@@ -247,7 +255,12 @@ def expr_to_text(expr: Expr) -> str:
 # --- kernels and programs ------------------------------------------------------------------------------
 
 #: Settings of a GEMM kernel that may hold a :class:`Choice`, in report order.
-GEMM_SETTINGS = ("target", "accum", "tile", "cluster", "schedule", "stages", "scheduler")
+GEMM_SETTINGS = ("target", "accum", "tile", "cluster", "schedule", "stages", "scheduler", "split_k", "raster",
+                 "swizzle")
+#: Settings passed to the kernel at run time (CUTLASS tile-scheduler arguments): they do not change the
+#: compiled code, so configurations that differ only in them share one build.
+RUNTIME_SETTINGS = ("split_k", "raster", "swizzle")
+RUNTIME_DEFAULTS = {"split_k": 1, "raster": RasterOrder.auto, "swizzle": 1}
 
 
 @dataclass(frozen=True)
@@ -256,7 +269,9 @@ class GemmKernel:
 
     Shapes: A is M×K, B is K×N (declared either as ``[N, K]`` or ``[K, N]``), C and D are M×N.
     ``tile`` and ``cluster`` are (M, N, K) triples (TileShape, ClusterShape); ``stages`` is the
-    mainloop pipeline depth or None for ``auto`` (StageCountAutoCarveout).
+    mainloop pipeline depth or None for ``auto`` (StageCountAutoCarveout). ``split_k`` (> 1: split-K
+    with the stream-K scheduler), ``raster`` and ``swizzle`` are tile-scheduler arguments given at run
+    time (:data:`RUNTIME_SETTINGS`): :meth:`build_digest` ignores them.
     """
 
     name: str
@@ -276,6 +291,10 @@ class GemmKernel:
     pos: Pos = field(default_factory=Pos, compare=False)
     # positions of each setting's value, for error messages about that setting
     setting_pos: Mapping[str, Pos] = field(default_factory=dict, compare=False, hash=False)
+    # run-time settings (RUNTIME_SETTINGS): split-K factor, raster order, swizzle size
+    split_k: Setting = 1
+    raster: Setting = RasterOrder.auto
+    swizzle: Setting = 1
 
     family = "gemm"
 
@@ -336,11 +355,22 @@ class GemmKernel:
         parts += [spell(op.dtype) + ("t" if op.layout is Layout.col else "") for op in self.operands]
         parts += [spell(self.accum), spell(self.tile), spell(self.cluster), spell(self.schedule),
                   spell(self.scheduler), "s" + spell(self.stages)]
+        runtime = {"split_k": "sk", "raster": "r", "swizzle": "sw"}
+        parts += [tag + spell(getattr(self, key)) for key, tag in runtime.items()
+                  if getattr(self, key) != RUNTIME_DEFAULTS[key]]
         return "_".join(parts)
 
+    def build_config(self) -> "GemmKernel":
+        """This kernel with the run-time settings at their defaults: what the compiled code depends on."""
+        return dataclasses.replace(self, **RUNTIME_DEFAULTS)
+
     def digest(self) -> str:
-        """Stable sha256 of the semantic fields (positions excluded), for cache keys."""
+        """Stable sha256 of the semantic fields (positions excluded)."""
         return hashlib.sha256(canonical_json(self).encode()).hexdigest()
+
+    def build_digest(self) -> str:
+        """:meth:`digest` of :meth:`build_config`: equal for kernels that share one compiled binary."""
+        return self.build_config().digest()
 
 
 Kernel = GemmKernel

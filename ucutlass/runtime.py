@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from .codegen import ABI_VERSION, Abi, abi_of
 from .errors import KernelRuntimeError
-from .ir import DType, EpilogueInputKind, GemmKernel, Layout
+from .ir import DType, EpilogueInputKind, GemmKernel, Layout, RasterOrder
 
 _STATUS_RANGES = (
     (100, "can_implement rejected the arguments"),
@@ -70,18 +70,22 @@ class CompiledKernel:
         lib.ucut_info.restype = ctypes.c_char_p
         lib.ucut_last_error.restype = ctypes.c_char_p
         lib.ucut_workspace_size.restype = ctypes.c_size_t
-        lib.ucut_workspace_size.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+        i64p = ctypes.POINTER(ctypes.c_int64)
+        lib.ucut_workspace_size.argtypes = [i64p, i64p]
         lib.ucut_can_implement.restype = ctypes.c_int
-        lib.ucut_can_implement.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+        lib.ucut_can_implement.argtypes = [i64p, i64p]
         lib.ucut_run.restype = ctypes.c_int
-        lib.ucut_run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_double),
-                                 ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p, ctypes.c_size_t,
-                                 ctypes.c_void_p]
+        lib.ucut_run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_double), i64p, i64p,
+                                 ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
         self.info = json.loads(lib.ucut_info().decode())
         if list(self.info.get("ptrs", [])) != list(self.abi.ptr_names) or \
-                self.info.get("digest") != kernel.digest():
+                self.info.get("digest") != kernel.build_digest():
             raise KernelRuntimeError(f"{self.so_path} was built from another kernel "
                                      f"({self.info.get('config')}) than {kernel.config_name()}")
+        # Run-time settings (split_k, raster, swizzle) of this kernel, in the ABI's knobs order.
+        raster_code = {RasterOrder.auto: 0, RasterOrder.along_m: 1, RasterOrder.along_n: 2}
+        values = {"split_k": kernel.split_k, "raster": raster_code[kernel.raster], "swizzle": kernel.swizzle}
+        self._knobs = (ctypes.c_int64 * len(self.abi.knobs))(*[values[k] for k in self.abi.knobs])
         self._workspaces: dict[Any, Any] = {}
         self._lock = threading.Lock()
         self._inputs = {i.name: i for i in kernel.epilogue_inputs}
@@ -148,14 +152,14 @@ class CompiledKernel:
     # --- calling -----------------------------------------------------------------------------------
 
     def workspace_size(self, m: int, n: int, k: int) -> int:
-        """Bytes of device workspace for extents (M, N, K)."""
+        """Bytes of device workspace for extents (M, N, K) with this kernel's run-time settings."""
         ext = (ctypes.c_int64 * 3)(m, n, k)
-        return int(self._lib.ucut_workspace_size(ext))
+        return int(self._lib.ucut_workspace_size(ext, self._knobs))
 
     def can_implement(self, m: int, n: int, k: int) -> tuple[bool, str]:
         """Whether CUTLASS accepts extents (M, N, K); the reason when it does not."""
         ext = (ctypes.c_int64 * 3)(m, n, k)
-        rc = self._lib.ucut_can_implement(ext)
+        rc = self._lib.ucut_can_implement(ext, self._knobs)
         return rc == 0, "" if rc == 0 else self._lib.ucut_last_error().decode()
 
     def _workspace(self, device: Any, nbytes: int):
@@ -212,10 +216,10 @@ class CompiledKernel:
             *[float(tensors[s]) for s in self.abi.scalar_names])
         ext = (ctypes.c_int64 * 3)(m, n, kk)
         with torch.cuda.device(device):
-            nbytes = int(self._lib.ucut_workspace_size(ext))
+            nbytes = int(self._lib.ucut_workspace_size(ext, self._knobs))
             ws = self._workspace(device, nbytes)
             stream = torch.cuda.current_stream(device).cuda_stream
-            rc = self._lib.ucut_run(ptrs, scalars, ext, ctypes.c_void_p(ws.data_ptr()), ws.numel(),
+            rc = self._lib.ucut_run(ptrs, scalars, ext, self._knobs, ctypes.c_void_p(ws.data_ptr()), ws.numel(),
                                     ctypes.c_void_p(stream))
         if rc != 0:
             msg = self._lib.ucut_last_error().decode()

@@ -103,6 +103,10 @@ CLUSTER_EXTENTS = (1, 2, 4, 8)
 MAX_CLUSTER_SIZE = 8
 
 #: Rule codes and what each checks (the card, docs/DSL.md, lists them).
+#: max_swizzle_size values of the sm90 tile schedulers (cutlass/gemm/kernel/tile_scheduler_params.h,
+#: get_log_swizzle_size: 1, 2, 4 or 8).
+SWIZZLE_SIZES = (1, 2, 4, 8)
+
 RULES: dict[str, str] = {
     "sm90.target": "target must be sm90 (sm100 gemm comes later)",
     "sm90.mixed-input": "a and b have the same dtype (mixed-input GEMM comes later)",
@@ -116,6 +120,9 @@ RULES: dict[str, str] = {
     "sm90.cluster-shape": "cluster M and N in 1, 2, 4, 8 and cluster K = 1",
     "sm90.cluster-size": "cluster M x N <= 8",
     "sm90.stream-k-schedule": "scheduler stream_k needs schedule cooperative",
+    "sm90.split-k-scheduler": "split_k > 1 needs scheduler stream_k",
+    "sm90.split-k-range": "split_k <= the K tiles of the problem (when extents are given)",
+    "sm90.swizzle": "swizzle is 1, 2, 4 or 8",
     "sm90.stages-min": "stages >= 2",
     "sm90.smem": "explicit stages fit in 227 KiB of shared memory",
     "sm90.smem-auto": "stages = auto fits at least 2 stages",
@@ -410,6 +417,23 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
         out.append(_diag("sm90.stream-k-schedule", f"scheduler stream_k with schedule {schedule.value}{auto_note}: "
                          f"CUTLASS says \"{why}\"; stream_k needs schedule cooperative",
                          _pos(kernel, "scheduler"), ("persistent",)))
+
+    # run-time tile-scheduler arguments
+    if kernel.split_k > 1 and kernel.scheduler is not TileScheduler.stream_k:
+        out.append(_diag("sm90.split-k-scheduler", f"split_k = {kernel.split_k} with scheduler "
+                         f"{kernel.scheduler.value}: only CUTLASS's stream-K tile scheduler splits K "
+                         "(PersistentScheduler has no splits argument); set scheduler = stream_k or split_k = 1",
+                         _pos(kernel, "split_k"), ("1",)))
+    if kernel.swizzle not in SWIZZLE_SIZES:
+        out.append(_diag("sm90.swizzle", f"swizzle = {kernel.swizzle}: the tile scheduler swizzles by a power of "
+                         "two up to 8 (max_swizzle_size)", _pos(kernel, "swizzle"),
+                         tuple(str(v) for v in SWIZZLE_SIZES)))
+    if extents and extents.get("K") and kernel.split_k > 1:
+        k_tiles = -(-int(extents["K"]) // tile_k)
+        if kernel.split_k > k_tiles:
+            out.append(_diag("sm90.split-k-range", f"split_k = {kernel.split_k} but K = {extents['K']} has only "
+                             f"{k_tiles} tiles of {tile_k}: each split needs at least one K tile",
+                             _pos(kernel, "split_k"), tuple(str(v) for v in (1, 2, 4, 8) if v <= k_tiles)))
 
     # stages and shared memory (only meaningful for a tile the rules above accept)
     if kernel.stages is not None and kernel.stages < MIN_STAGES:
