@@ -72,12 +72,15 @@ class Binding:
     def callable(self, compiled: Any) -> Callable[..., None]:
         """A destination-passing ``fn(*inputs, *outputs)`` in the problem's definition order."""
         names = list(self.problem.inputs) + list(self.problem.outputs)
-        arg_of = {s.tensor: s.arg for s in self.slots}
+        tensor_of = {s.arg: s.tensor for s in self.slots}
+        abi = compiled.abi
+        # Positions, in the problem's argument list, of the kernel's ABI arguments (pointers, scalars).
+        order = [names.index(tensor_of[arg]) for arg in abi.ptr_names + abi.scalar_names]
 
         def run(*args: Any) -> None:
             if len(args) != len(names):
                 raise TypeError(f"expected {len(names)} arguments ({', '.join(names)}), got {len(args)}")
-            compiled(**{arg_of[n]: v for n, v in zip(names, args) if n in arg_of})
+            compiled.call([args[i] for i in order])
 
         run.__name__ = f"{self.kernel.name}_on_{self.problem.id}"
         run.kernel = compiled  # type: ignore[attr-defined]

@@ -292,7 +292,10 @@ def cmd_tune(args) -> int:
     except NoGpuError as e:
         print(str(e), file=sys.stderr)
         return 2
-    print(f"\nstopped: {result.stop_reason} ({len(result.trials)} trials, {result.seconds:.0f} s)")
+    measured = sum(1 for t in result.trials if t["state"] in ("COMPLETE", "FAIL") and not t.get("duplicate"))
+    pruned = sum(1 for t in result.trials if t["state"] == "PRUNED")
+    print(f"\nstopped: {result.stop_reason} ({measured} configurations measured, {pruned} proposals pruned "
+          f"before compiling, {result.seconds:.0f} s)")
     if result.best is None:
         print("no configuration passed on every workload; see trials.csv for why", file=sys.stderr)
         print(f"results: {paths['json']}")

@@ -14,7 +14,7 @@ import math
 import os
 import threading
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .codegen import ABI_VERSION, Abi, abi_of
 from .errors import KernelRuntimeError
@@ -86,7 +86,8 @@ class CompiledKernel:
         raster_code = {RasterOrder.auto: 0, RasterOrder.along_m: 1, RasterOrder.along_n: 2}
         values = {"split_k": kernel.split_k, "raster": raster_code[kernel.raster], "swizzle": kernel.swizzle}
         self._knobs = (ctypes.c_int64 * len(self.abi.knobs))(*[values[k] for k in self.abi.knobs])
-        self._workspaces: dict[Any, Any] = {}
+        self._workspaces: dict[int, Any] = {}
+        self._plans: dict[tuple, tuple] = {}  # checked argument signatures -> launch plan
         self._lock = threading.Lock()
         self._inputs = {i.name: i for i in kernel.epilogue_inputs}
 
@@ -162,15 +163,16 @@ class CompiledKernel:
         rc = self._lib.ucut_can_implement(ext, self._knobs)
         return rc == 0, "" if rc == 0 else self._lib.ucut_last_error().decode()
 
-    def _workspace(self, device: Any, nbytes: int):
-        import torch
+    def _workspace(self, index: int, nbytes: int):
+        """A device buffer of at least ``nbytes`` from torch's allocator, kept per device."""
+        buf = self._workspaces.get(index)
+        if buf is None or buf.numel() < nbytes:
+            import torch
 
-        with self._lock:
-            buf = self._workspaces.get(device)
-            if buf is None or buf.numel() < nbytes:
-                buf = torch.empty(max(nbytes, 256), dtype=torch.uint8, device=device)
-                self._workspaces[device] = buf
-            return buf
+            with self._lock:
+                buf = torch.empty(max(nbytes, 256), dtype=torch.uint8, device=f"cuda:{index}")
+                self._workspaces[index] = buf
+        return buf
 
     def __call__(self, **tensors: Any) -> Any:
         """Run the kernel; returns ``d`` (written in place).
@@ -182,50 +184,101 @@ class CompiledKernel:
         Raises:
             KernelRuntimeError: a missing or unexpected argument, a bad tensor, or a kernel failure.
         """
+        names = self.abi.ptr_names + self.abi.scalar_names
+        missing = set(names) - tensors.keys()
+        unexpected = tensors.keys() - set(names)
+        if missing or unexpected:
+            raise KernelRuntimeError(f"{self.kernel.name}: arguments are {', '.join(names)}"
+                                     + (f"; missing {sorted(missing)}" if missing else "")
+                                     + (f"; unexpected {sorted(unexpected)}" if unexpected else ""))
+        self.call([tensors[n] for n in names])
+        return tensors["d"]
+
+    def _plan(self, values: Sequence[Any]) -> tuple:
+        """Check every argument (see :meth:`_matrix`); return what a launch needs for these shapes."""
         import torch
 
         k = self.kernel
-        expected = set(self.abi.ptr_names) | set(self.abi.scalar_names)
-        missing = expected - tensors.keys()
-        unexpected = tensors.keys() - expected
-        if missing or unexpected:
-            raise KernelRuntimeError(f"{k.name}: arguments are {', '.join(self.abi.ptr_names + self.abi.scalar_names)}"
-                                     + (f"; missing {sorted(missing)}" if missing else "")
-                                     + (f"; unexpected {sorted(unexpected)}" if unexpected else ""))
-        device = tensors["a"].device if isinstance(tensors["a"], torch.Tensor) else None
+        a = values[0]
+        device = a.device if isinstance(a, torch.Tensor) else None
         if device is None or device.type != "cuda":
             raise KernelRuntimeError(f"{k.name}: operands must be CUDA tensors (a is on {device})")
         extents: dict[str, int] = {}
-        views: dict[str, Any] = {}
+        tensors = dict(zip(self.abi.ptr_names, values))
         for op in k.operands:
-            views[op.name] = self._matrix(op.name, tensors[op.name], op.dims, op.layout, op.dtype, extents, device)
+            self._matrix(op.name, tensors[op.name], op.dims, op.layout, op.dtype, extents, device)
         for name in self.abi.ptr_names[len(k.operands):]:
             inp = self._inputs[name]
             if inp.kind is EpilogueInputKind.matrix:
-                views[name] = self._matrix(name, tensors[name], inp.dims, inp.layout, inp.dtype, extents, device)
+                self._matrix(name, tensors[name], inp.dims, inp.layout, inp.dtype, extents, device)
             else:
                 dim = "N" if inp.kind is EpilogueInputKind.col_vector else "M"
-                views[name] = self._vector(name, tensors[name], dim, inp.dtype, extents, device)
+                self._vector(name, tensors[name], dim, inp.dtype, extents, device)
         m, n, kk = extents["M"], extents["N"], extents["K"]
-        if m == 0 or n == 0:
-            return tensors["d"]
-        if kk == 0:
+        if kk == 0 and m and n:
             raise KernelRuntimeError(f"{k.name}: K = 0 is not supported")
-        ptrs = (ctypes.c_void_p * len(self.abi.ptr_names))(*[views[n_].data_ptr() for n_ in self.abi.ptr_names])
-        scalars = (ctypes.c_double * max(1, len(self.abi.scalar_names)))(
-            *[float(tensors[s]) for s in self.abi.scalar_names])
         ext = (ctypes.c_int64 * 3)(m, n, kk)
-        with torch.cuda.device(device):
-            nbytes = int(self._lib.ucut_workspace_size(ext, self._knobs))
-            ws = self._workspace(device, nbytes)
-            stream = torch.cuda.current_stream(device).cuda_stream
-            rc = self._lib.ucut_run(ptrs, scalars, ext, self._knobs, ctypes.c_void_p(ws.data_ptr()), ws.numel(),
-                                    ctypes.c_void_p(stream))
+        nbytes = int(self._lib.ucut_workspace_size(ext, self._knobs)) if m and n else 0
+        return device, ext, nbytes, (m, n, kk)
+
+    def call(self, values: Sequence[Any]) -> None:
+        """Launch with arguments in ABI order (:attr:`abi`: pointers, then scalars) on the current stream.
+
+        The first call with a given set of shapes, strides, dtypes and devices checks everything; later
+        calls with the same set only re-check pointer alignment (a small GEMM runs in microseconds,
+        so the host path must stay short).
+
+        Raises:
+            KernelRuntimeError: as :meth:`__call__`.
+        """
+        import torch
+
+        n_ptrs = len(self.abi.ptr_names)
+        tensors = values[:n_ptrs]
+        try:
+            key = tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors
+                        if type(t) is torch.Tensor)
+        except AttributeError:
+            key = None
+        plan = self._plans.get(key) if key is not None and len(key) == n_ptrs else None
+        if plan is None:
+            plan = self._plan(values)
+            if key is not None and len(key) == n_ptrs:
+                if len(self._plans) > 256:
+                    self._plans.clear()
+                self._plans[key] = plan
+        device, ext, nbytes, (m, n, kk) = plan
+        if m == 0 or n == 0:
+            return
+        addresses = [t.data_ptr() for t in tensors]
+        if any(p % 16 for p in addresses):
+            bad = self.abi.ptr_names[next(i for i, p in enumerate(addresses) if p % 16)]
+            raise KernelRuntimeError(f"{bad}: data pointer is not 16-byte aligned (a sliced view?); "
+                                     "pass a fresh or .contiguous() tensor")
+        ptrs = (ctypes.c_void_p * n_ptrs)(*addresses)
+        scalars = (ctypes.c_double * max(1, len(self.abi.scalar_names)))(*[float(v) for v in values[n_ptrs:]])
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if torch.cuda.current_device() != index:
+            with torch.cuda.device(index):
+                rc = self._launch(index, ptrs, scalars, ext, nbytes)
+        else:
+            rc = self._launch(index, ptrs, scalars, ext, nbytes)
         if rc != 0:
             msg = self._lib.ucut_last_error().decode()
+            k = self.kernel
             raise KernelRuntimeError(f"{k.name} ({k.config_name()}) failed on M={m} N={n} K={kk}: "
                                      f"status {rc} ({_status_text(rc)}): {msg}")
-        return tensors["d"]
+
+    def _launch(self, index: int, ptrs, scalars, ext, nbytes: int) -> int:
+        import torch
+
+        ws = self._workspace(index, nbytes)
+        try:
+            stream = torch._C._cuda_getCurrentRawStream(index)  # what torch.cuda.current_stream() wraps
+        except AttributeError:  # pragma: no cover - older torch
+            stream = torch.cuda.current_stream(index).cuda_stream
+        return self._lib.ucut_run(ptrs, scalars, ext, self._knobs, ctypes.c_void_p(ws.data_ptr()), ws.numel(),
+                                  ctypes.c_void_p(stream))
 
 
 def load_kernel(so_path: str | os.PathLike, kernel: GemmKernel) -> CompiledKernel:
