@@ -178,7 +178,13 @@ def cmd_compile(args) -> int:
 def cmd_sol(args) -> int:
     from .problem import find_problem
     from .sol import sol_command
+    from .sol.report import hardware_command
 
+    if args.list_gpus:
+        print(hardware_command(as_json=args.json))
+        return 0
+    if not args.problem:
+        raise UcutError("ucutlass sol needs a PROBLEM (or --list-gpus)")
     print(sol_command(find_problem(args.problem, args.problems), gpu=args.gpu, as_json=args.json))
     return 0
 
@@ -336,7 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("sol", help="speed-of-light bound (T_SOL) per workload of a problem")
-    p.add_argument("problem")
+    p.add_argument("problem", nargs="?")
+    p.add_argument("--list-gpus", action="store_true", help="list the hardware specs (with their sources)")
     p.add_argument("--gpu", default="h200", help="hardware spec: h200, h100, b200, b200-solar, local, …")
     p.add_argument("--json", action="store_true")
     _problems_arg(p)
