@@ -1,11 +1,15 @@
 """The grader: checks a solution against a problem's reference and times both, one workload at a time.
 
-Trust boundary: the parent (this process) generates inputs, runs the reference, allocates and poisons the
-output buffers and compares; the candidate runs in a spawned worker process (:mod:`.worker`) that sees
-only shared inputs and the output buffers it must write. The reference is timed in a second worker of
-its own through the same path (so candidate code never shares a process with the reference's timing),
-and its time is cached per workload for the grader's lifetime. Workers persist across ``grade()`` calls
-and solutions; a worker that crashes or hangs is killed and replaced.
+Trust boundary: the parent (this process) generates inputs, allocates and poisons the output buffers,
+runs the reference and the ground truth, and compares; the candidate runs in a spawned worker process
+(:mod:`.worker`) that sees only shared inputs and the output buffers it must write. The reference is timed
+in a second worker of its own through the same path, and its time is cached per workload for the
+grader's lifetime. Workers persist across ``grade()`` calls and solutions; a worker that crashes, hangs,
+or trips a guard is killed and replaced.
+
+Order matters for what a candidate could read: the parent computes reference outputs only *after* the
+candidate's request has returned and its outputs have been copied out, so no expected output exists in
+any memory the candidate's process maps (CUDA IPC maps whole allocations) while candidate code runs.
 """
 
 from __future__ import annotations
@@ -16,17 +20,33 @@ import hashlib
 import math
 import shutil
 import tempfile
+import time
 import weakref
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ucutlass.problem import Problem, Workload, torch_dtype
 
+from .accuracy import ACCURACY_FACTOR, check_accuracy, ground_truth
 from .check import compare, empty_poisoned
 from .errors import GraderError
+from .guards import wall_verdict
+from .inputs import (
+    ALL_VARIANTS,
+    NORMAL,
+    apply_variant,
+    grader_options,
+    rescalable,
+    rescale,
+    rescale_factor,
+    routing_inputs,
+    unlisted_workload,
+    variants_for,
+)
 from .results import Correctness, Performance, Status, WorkloadResult, collect_environment
 from .solutions import SolutionRef, reference_solution
-from .timing import MAX_REPS, MIN_REPS, REP_MS, WARMUP_MS, BenchParams, LatencyStats, latency_stats
+from .timing import MAX_REPS, MIN_REPS, REP_MS, WARMUP_MS, BenchParams, LatencyStats, latency_stats, reps_for
 from .worker import Reply, Worker
 
 #: Default limit for one request to a worker (a load, one correctness call, one timing run's base).
@@ -38,6 +58,12 @@ ROTATE = 4
 ROTATE_BYTES = 1 << 30
 #: A result's log keeps at most this many characters (its start and its end).
 LOG_CHARS = 16000
+#: The wall-clock check: each batch lasts about WALL_MS (within the call-count bounds), WALL_REPEATS
+#: batches with and without the call, the fastest of each kept.
+WALL_MS = 15.0
+WALL_REPEATS = 3
+WALL_MIN_CALLS = 8
+WALL_MAX_CALLS = 2000
 
 _LIVE: "weakref.WeakSet[Grader]" = weakref.WeakSet()
 
@@ -62,13 +88,53 @@ def _sol_score(t_kernel_ms: float, t_baseline_ms: float, t_sol_ms: float | None)
     return None if score is None or not math.isfinite(score) else float(score)
 
 
+class _Fail(Exception):
+    """A failed workload, raised inside the grading of one workload and turned into its result."""
+
+    def __init__(self, status: Status, reason: str, log: str = "", with_correctness: bool = False,
+                 performance: Performance | None = None):
+        super().__init__(reason)
+        self.status, self.reason, self.log = status, reason, log
+        self.with_correctness, self.performance = with_correctness, performance
+
+
+@dataclasses.dataclass
+class _TimingSet:
+    """One rotated input set: private inputs (parent only), shared base and working copies, output and
+    check buffers, and which inputs are rescaled before each call."""
+
+    private: dict[str, Any] | None
+    base: list[Any]
+    work: list[Any]
+    outputs: list[Any]
+    check: list[Any]
+    rescaled: list[int]
+
+    def payload(self) -> dict:
+        return {"base": self.base, "work": self.work, "outputs": self.outputs, "check": self.check}
+
+
+class _Tally:
+    """Worst errors and accuracy over every comparison of one workload."""
+
+    def __init__(self):
+        self.abs = 0.0
+        self.rel = 0.0
+        self.ratio = 1.0
+        self.acc: dict[str, Any] = {"checked": 0, "skipped": 0, "factor": ACCURACY_FACTOR}
+
+    def accuracy_json(self) -> dict:
+        return dict(self.acc)
+
+
 class Grader:
     """Grades solutions of one problem: correctness over several trials, then timing and SOL scores.
 
     Args:
         problem: the loaded :class:`~ucutlass.problem.Problem`.
         device: ``"cuda"`` (or ``"cuda:N"``) or ``"cpu"``; default CUDA when available.
-        trials: correctness trials per workload, each with fresh inputs (default 3).
+        trials: correctness trials per workload, each with fresh inputs; default one per input
+            distribution (``variants``: 3, or 5 for problems that route).
         seed: base seed; a trial's inputs come from :meth:`seed_of`.
         warmup_ms: warm-up time before timed calls.
         rep: milliseconds of timed calls to aim for (triton's ``rep``); at least ``min_reps`` calls.
@@ -82,7 +148,17 @@ class Grader:
         min_reps / max_reps: bounds on the number of timed calls.
         start_timeout_s: limit for starting a worker.
         fresh_worker: start a new candidate worker for every solution (stronger isolation between
-            candidates, slower); by default one worker serves solution after solution.
+            candidates, slower); by default one worker serves solution after solution, and is replaced
+            whenever a guard fires.
+        variants: the input distributions the trials cycle through (names in
+            :mod:`ucutlass.grader.inputs`); default ``normal, heavy_tailed, structured`` plus
+            ``skewed_routing, adversarial_routing`` when the problem routes.
+        unlisted_shapes: one more trial per workload on a shape no workload lists (default on, unless the
+            definition's ``"grader"`` section says ``"unlisted_shapes": false``).
+        rescale_inputs: give every timed call fresh input contents (default on, unless the definition
+            says ``"rescale_inputs": false``).
+        accuracy: check outputs against a float64 ground truth (INCORRECT_ACCURACY).
+        wall_check: time batches of calls with the parent's clock (UNTIMED_WORK).
 
     Example:
         >>> with Grader(find_problem("gemm_bias")) as g:                      # doctest: +SKIP
@@ -94,14 +170,22 @@ class Grader:
         ``if __name__ == "__main__":`` guard.
     """
 
-    def __init__(self, problem: Problem, *, device: str | None = None, trials: int = 3, seed: int = 0,
-                 warmup_ms: float = WARMUP_MS, rep: float = REP_MS, timeout_s: float = TIMEOUT_S,
+    def __init__(self, problem: Problem, *, device: str | None = None, trials: int | None = None,
+                 seed: int = 0, warmup_ms: float = WARMUP_MS, rep: float = REP_MS, timeout_s: float = TIMEOUT_S,
                  t_sol_ms: Callable[[Workload], float | None] | None = None,
                  progress: Callable[[dict], Any] | None = None, rotate: int = ROTATE,
                  min_reps: int = MIN_REPS, max_reps: int = MAX_REPS, start_timeout_s: float | None = None,
-                 fresh_worker: bool = False):
+                 fresh_worker: bool = False, variants: Sequence[str] | None = None,
+                 unlisted_shapes: bool | None = None, rescale_inputs: bool | None = None, accuracy: bool = True,
+                 wall_check: bool = True):
         import torch
 
+        self.variants = tuple(variants) if variants is not None else variants_for(problem)
+        unknown = [v for v in self.variants if v not in ALL_VARIANTS]
+        if not self.variants or unknown:
+            raise GraderError(f"unknown input distributions {unknown} (known: {', '.join(sorted(ALL_VARIANTS))})")
+        if trials is None:
+            trials = len(self.variants)
         if trials < 1:
             raise GraderError(f"trials must be at least 1, got {trials}")
         if device is None:
@@ -113,6 +197,7 @@ class Grader:
             dev = torch.device("cuda", dev.index if dev.index is not None else torch.cuda.current_device())
         elif dev.type != "cpu":
             raise GraderError(f"device {device!r}: the grader runs on 'cuda' or 'cpu'")
+        opts = grader_options(problem)
         self.problem = problem
         self.device = dev
         self.trials = int(trials)
@@ -126,10 +211,16 @@ class Grader:
         self.progress = progress
         self.rotate = max(1, int(rotate))
         self.fresh_worker = fresh_worker
+        self.unlisted_shapes = bool(opts.get("unlisted_shapes", True) if unlisted_shapes is None else unlisted_shapes)
+        self.rescale_inputs = bool(opts.get("rescale_inputs", True) if rescale_inputs is None else rescale_inputs)
+        self.accuracy = bool(accuracy)
+        self.wall_check = bool(wall_check)
+        self._routing = routing_inputs(problem)
         self._ref_module = problem.reference_module()
         self._ref_times: dict[str, LatencyStats] = {}
         self._workers: dict[str, Worker | None] = {"candidate": None, "reference": None}
         self._last_solution: str | None = None
+        self._graded: Counter[str] = Counter()
         self._environment: dict | None = None
         self._tmp = Path(tempfile.mkdtemp(prefix="ucutlass-grader-"))
         self._spawned = 0
@@ -199,7 +290,7 @@ class Grader:
         return w
 
     def worker_info(self, role: str = "candidate") -> dict:
-        """What a worker reports about itself (pid, device, L2 size, flush-buffer size)."""
+        """What a worker reports about itself (pid, device, L2 size, flush-buffer size, guards)."""
         r = self._worker(role).request({"op": "info"}, self.timeout_s)
         if not r.ok:
             self._after_failure(role, r)
@@ -212,14 +303,20 @@ class Grader:
 
     # --- inputs ----------------------------------------------------------------------------------------
 
-    def seed_of(self, trial: int, workload: Workload, purpose: str = "check") -> int:
-        """The input seed of a trial: a stable digest of (base seed, purpose, workload uuid, trial)."""
-        blob = f"{self.seed}/{purpose}/{workload.uuid}/{trial}".encode()
-        return int.from_bytes(hashlib.sha256(blob).digest()[:4], "little") & 0x7FFFFFFF
+    def seed_of(self, trial: int, workload: Workload, purpose: str = "check", solution: str | None = None) -> int:
+        """The input seed of a trial: a stable digest of (base seed, purpose, workload uuid, trial) and,
+        when given, the solution (its key and how many times this grader graded it), so a solution never
+        sees inputs another solution, or its own earlier grade, was called on."""
+        blob = f"{self.seed}/{purpose}/{workload.uuid}/{trial}" + (f"/{solution}" if solution else "")
+        return int.from_bytes(hashlib.sha256(blob.encode()).digest()[:4], "little") & 0x7FFFFFFF
 
-    def _inputs(self, workload: Workload, seed: int) -> tuple[dict[str, Any], list[Any]]:
-        """Private inputs (for the reference) and shared copies (for a worker), in definition order."""
+    def _make_inputs(self, workload: Workload, seed: int, variant: str = NORMAL) -> dict[str, Any]:
         priv = self.problem.make_inputs(workload, device=self.device, seed=seed, module=self._ref_module)
+        return apply_variant(priv, variant, seed, self._routing) if variant != NORMAL else priv
+
+    def _inputs(self, workload: Workload, seed: int, variant: str = NORMAL) -> tuple[dict[str, Any], list[Any]]:
+        """Private inputs (for the reference) and shared copies (for a worker), in definition order."""
+        priv = self._make_inputs(workload, seed, variant)
         shared = [self._share(v.detach().clone()) if _is_tensor(v) else v for v in priv.values()]
         return priv, shared
 
@@ -259,25 +356,46 @@ class Grader:
 
             torch.cuda.synchronize(self.device)
 
-    def _timing_sets(self, workload: Workload, purpose: str, with_reference: bool):
-        """Pre-generated input sets (shared), poisoned outputs and, if asked, their reference outputs.
+    def _timing_sets(self, workload: Workload, purpose: str, solution: str | None,
+                     keep_private: bool) -> list[_TimingSet]:
+        """Pre-generated input sets (shared base and working copies), poisoned output and check buffers.
 
-        Up to ``rotate`` sets, fewer when the sets (inputs twice: private and shared) would pass 1 GiB.
+        Up to ``rotate`` sets, fewer when they would pass 1 GiB together.
         """
-        sets, refs = [], []
+        import torch
+
+        sets: list[_TimingSet] = []
         n = self.rotate
         i = 0
         while i < n:
-            priv, shared = self._inputs(workload, self.seed_of(i, workload, purpose))
-            outs = self._outputs(workload)
+            priv = self._make_inputs(workload, self.seed_of(i, workload, purpose, solution))
+            base, work, rescaled = [], [], []
+            for j, v in enumerate(priv.values()):
+                if not _is_tensor(v):
+                    base.append(v)
+                    work.append(v)
+                    continue
+                b = self._share(v.detach().clone())
+                base.append(b)
+                if self.rescale_inputs and rescalable(v):
+                    work.append(self._share(torch.empty_like(b)))
+                    rescaled.append(j)
+                else:
+                    work.append(b)
+            outs, check = self._outputs(workload), self._outputs(workload)
             if i == 0:
-                nbytes = sum(_nbytes(v) for v in priv.values()) * 2 + sum(_nbytes(o) for o in outs) * 2
+                copies = 2 + int(keep_private)
+                nbytes = sum(_nbytes(v) for v in priv.values()) * copies + sum(_nbytes(o) for o in outs) * 2
                 n = max(1, min(self.rotate, ROTATE_BYTES // max(nbytes, 1)))
-            refs.append(self._reference(priv, workload) if with_reference else None)
-            sets.append((shared, outs))
+            sets.append(_TimingSet(priv if keep_private else None, base, work, outs, check, rescaled))
+            del priv
             i += 1
         self._sync()
-        return sets, refs
+        return sets
+
+    def _plan(self, workload: Workload, purpose: str, solution: str | None, sets: Sequence[_TimingSet]) -> dict:
+        return {"seed": self.seed_of(0, workload, purpose + "-rescale", solution),
+                "rescale": [list(s.rescaled) for s in sets]}
 
     # --- timing of the reference -----------------------------------------------------------------------
 
@@ -297,9 +415,11 @@ class Grader:
         w = self._worker("reference")
         r = w.request({"op": "load", "solution": ref}, self.timeout_s)
         if r.ok:
-            sets, _ = self._timing_sets(workload, "reference-timing", with_reference=False)
+            sets = self._timing_sets(workload, "reference-timing", None, keep_private=False)
             # The reference is trusted not to hang: allow every call up to timeout_s.
-            r = w.request({"op": "bench", "key": ref.key(), "sets": sets, "params": dataclasses.asdict(self.params)},
+            r = w.request({"op": "bench", "key": ref.key(), "sets": [s.payload() for s in sets],
+                           "params": dataclasses.asdict(self.params),
+                           "plan": self._plan(workload, "reference-timing", None, sets)},
                           self._bench_timeout(self.timeout_s * 1e3))
             del sets
             self._collect()
@@ -346,8 +466,8 @@ class Grader:
               timed: bool = True) -> list[WorkloadResult]:
         """Grade ``solution`` on ``workloads`` (default: all of the problem's), one result per workload.
 
-        A failing candidate (wrong output, exception, crash, hang) gives a failed result and grading
-        goes on; only problems no candidate could cause raise.
+        A failing candidate (wrong output, exception, crash, hang, a guard's verdict) gives a failed
+        result and grading goes on; only problems no candidate could cause raise.
 
         Args:
             solution: the recipe of the candidate.
@@ -361,12 +481,15 @@ class Grader:
             raise GraderError(f"grade() takes a SolutionRef, got {type(solution).__name__} "
                               "(see solution_from_file)")
         wls = self._select(workloads)
-        if self.fresh_worker and self._last_solution not in (None, solution.key()):
+        key = solution.key()
+        if self.fresh_worker and self._last_solution not in (None, key):
             self._discard("candidate", replace=True)
-        self._last_solution = solution.key()
+        self._last_solution = key
+        self._graded[key] += 1
+        nonce = f"{key}/{self._graded[key]}"
         results = []
         for i, wl in enumerate(wls):
-            res = self._grade_workload(solution, wl, timed)
+            res = self._grade_workload(solution, wl, timed, nonce)
             results.append(res)
             if self.progress is not None:
                 self.progress({"event": "workload", "solution": solution.name, "workload": wl.uuid,
@@ -375,124 +498,318 @@ class Grader:
         return results
 
     def _result(self, solution: SolutionRef, wl: Workload, status: Status, reason: str = "", log: str = "",
-                correctness: Correctness | None = None, performance: Performance | None = None) -> WorkloadResult:
+                correctness: Correctness | None = None, performance: Performance | None = None,
+                checks: Mapping[str, Any] | None = None) -> WorkloadResult:
         text = "\n".join(x for x in (reason, log.strip()) if x)
         if len(text) > LOG_CHARS:
             text = text[:LOG_CHARS // 4] + "\n…\n" + text[-(LOG_CHARS * 3 // 4):]
         return WorkloadResult(definition=self.problem.name, workload_uuid=wl.uuid, axes=dict(wl.axes),
                               label=wl.label(), solution=solution.name, status=status, reason=reason,
                               log=text, environment=self.environment(), correctness=correctness,
-                              performance=performance)
+                              performance=performance, checks=dict(checks or {}))
 
-    def _failed(self, solution: SolutionRef, wl: Workload, r: Reply, logs: list[str], stage: str) -> WorkloadResult:
+    def _reply_failure(self, r: Reply, stage: str) -> _Fail:
         self._after_failure("candidate", r)
         try:
             status = Status(r.status)
         except ValueError:
             status = Status.RUNTIME_ERROR
-        reason = f"{stage}: {r.reason}" if stage else r.reason
-        return self._result(solution, wl, status, reason, _join(logs + [r.log]))
+        return _Fail(status, f"{stage}: {r.reason}" if stage else r.reason, r.log)
 
-    def _grade_workload(self, solution: SolutionRef, wl: Workload, timed: bool) -> WorkloadResult:
-        tol = wl.tolerance
+    def _grade_workload(self, solution: SolutionRef, wl: Workload, timed: bool, nonce: str) -> WorkloadResult:
         logs: list[str] = []
-        worker = self._worker("candidate")
-        r = worker.request({"op": "load", "solution": solution}, self.timeout_s)
-        if not r.ok:
-            return self._failed(solution, wl, r, logs, "loading the solution")
-        logs.append(r.log)
-        key = solution.key()
+        tally = _Tally()
+        checks: dict[str, Any] = {"variants": [], "inputs_rescaled": self.rescale_inputs}
+        stage = {"trials": 0, "timed_sets": 0}
 
-        # Correctness: fresh inputs every trial; the parent compares buffers it owns.
-        worst = {"abs": 0.0, "rel": 0.0, "ratio": 1.0}
+        def correctness() -> Correctness:
+            return Correctness(max_absolute_error=tally.abs, max_relative_error=tally.rel,
+                               matched_ratio=tally.ratio, tolerance=wl.tolerance.to_json(),
+                               trials=stage["trials"], checked_timed_sets=stage["timed_sets"],
+                               accuracy=tally.accuracy_json() if self.accuracy else None)
+
+        try:
+            worker = self._worker("candidate")
+            r = worker.request({"op": "load", "solution": solution}, self.timeout_s)
+            if not r.ok:
+                raise self._reply_failure(r, "loading the solution")
+            logs.append(r.log)
+            call_ms = self._correctness(worker, solution, wl, nonce, tally, checks, stage, logs)
+            if not timed:
+                return self._result(solution, wl, Status.PASSED, "", _join(logs), correctness(), None, checks)
+            worker = self._worker("candidate")  # a new one if a skipped unlisted-shape trial killed it
+            r = worker.request({"op": "load", "solution": solution}, self.timeout_s)
+            if not r.ok:
+                raise self._reply_failure(r, "loading the solution")
+            perf = self._timing(worker, solution, wl, nonce, call_ms, tally, checks, stage, logs)
+        except _Fail as f:
+            logs.append(f.log)
+            corr = correctness() if f.with_correctness else None
+            return self._result(solution, wl, f.status, f.reason, _join(logs), corr, f.performance, checks)
+        if perf.t_sol_ms is not None and perf.latency_ms < perf.t_sol_ms:
+            reason = (f"median {perf.latency_ms:.4g} ms is below T_SOL {perf.t_sol_ms:.4g} ms, which is "
+                      "physically impossible: a wrong T_SOL, a timing artefact or a cheat; re-verify")
+            return self._result(solution, wl, Status.FASTER_THAN_SOL, reason, _join(logs), correctness(), perf,
+                                checks)
+        return self._result(solution, wl, Status.PASSED, "", _join(logs), correctness(), perf, checks)
+
+    # --- correctness -----------------------------------------------------------------------------------
+
+    def _correctness(self, worker: Worker, solution: SolutionRef, wl: Workload, nonce: str, tally: _Tally,
+                     checks: dict, stage: dict, logs: list[str]) -> float:
+        """Every trial (one input distribution each), then one on an unlisted shape; raises _Fail."""
         call_ms = 0.0
         for trial in range(self.trials):
-            priv, shared = self._inputs(wl, self.seed_of(trial, wl))
-            ref = self._reference(priv, wl)
-            outs = self._outputs(wl)
-            self._sync()
-            r = worker.request({"op": "call", "key": key, "inputs": shared, "outputs": outs}, self.timeout_s)
-            if not r.ok:
-                return self._failed(solution, wl, r, logs, f"trial {trial}")
-            logs.append(r.log)
-            call_ms = max(call_ms, float(r.data.get("wall_ms", 0.0)))
-            bad = self._check(outs, ref, tol, worst)
-            del priv, shared, outs, ref
-            if bad:
-                return self._result(solution, wl, Status.INCORRECT_NUMERICAL, f"trial {trial}: {bad}",
-                                    _join(logs), correctness=self._correctness(worst, tol, trial + 1, 0))
+            variant = self.variants[trial % len(self.variants)]
+            checks["variants"].append(variant)
+            priv = self._make_inputs(wl, self.seed_of(trial, wl, "check", nonce), variant)
+            stage["trials"] = trial + 1
+            call_ms = max(call_ms, self._trial(worker, solution, wl, priv, tally, logs, f"trial {trial} ({variant})"))
         self._collect()
-        if not timed:
-            return self._result(solution, wl, Status.PASSED, "", _join(logs),
-                                correctness=self._correctness(worst, tol, self.trials, 0))
+        if not self.unlisted_shapes:
+            return call_ms
+        uw = unlisted_workload(self.problem, wl)
+        if uw is None:
+            checks["unlisted_shape"] = {"skipped": "no var axis to move"}
+            return call_ms
+        label = f"unlisted shape {uw.label()}"
+        try:
+            priv = self._make_inputs(uw, self.seed_of(self.trials, wl, "unlisted", nonce))
+        except Exception as e:  # the problem cannot make inputs for this shape: not the candidate's fault
+            checks["unlisted_shape"] = {"workload": uw.label(), "skipped": f"{type(e).__name__}: {e}"[:200]}
+            return call_ms
+        try:
+            self._trial(worker, solution, uw, priv, tally, logs, label, tolerance=wl.tolerance)
+        except _Fail as f:
+            if not self._reference_runs(priv, uw):
+                checks["unlisted_shape"] = {"workload": uw.label(), "skipped": "the reference fails on it"}
+                return call_ms
+            raise f
+        except GraderError as e:
+            checks["unlisted_shape"] = {"workload": uw.label(), "skipped": str(e)[:200]}
+            return call_ms
+        checks["unlisted_shape"] = {"workload": uw.label(), "checked": True}
+        self._collect()
+        return call_ms
 
-        # Timing: the reference first (cached), then the candidate on rotated, pre-generated sets.
+    def _reference_runs(self, priv: Mapping[str, Any], workload: Workload) -> bool:
+        try:
+            self._reference(priv, workload)
+            return True
+        except GraderError:
+            return False
+
+    def _trial(self, worker: Worker, solution: SolutionRef, wl: Workload, priv: dict[str, Any], tally: _Tally,
+               logs: list[str], label: str, tolerance=None) -> float:
+        """One correctness call on fresh shared copies of ``priv``; returns its wall time, raises _Fail."""
+        shared = [self._share(v.detach().clone()) if _is_tensor(v) else v for v in priv.values()]
+        outs = self._outputs(wl)
+        self._sync()
+        r = worker.request({"op": "call", "key": solution.key(), "inputs": shared, "outputs": outs}, self.timeout_s)
+        if not r.ok:
+            raise self._reply_failure(r, label)
+        logs.append(r.log)
+        got = [o.clone() for o in outs]  # what is judged: copied out before anything else happens
+        self._sync()
+        changed = _modified(priv, shared)
+        if changed:
+            raise _Fail(Status.INPUT_MODIFIED, f"{label}: the candidate changed input(s) {', '.join(changed)}")
+        del shared, outs
+        self._judge(got, priv, wl, tolerance or wl.tolerance, tally, label)
+        return float(r.data.get("wall_ms", 0.0))
+
+    def _judge(self, got: Sequence[Any], inputs: Mapping[str, Any], wl: Workload, tol, tally: _Tally,
+               label: str) -> None:
+        """Tolerance (INCORRECT_NUMERICAL), then accuracy against the ground truth (INCORRECT_ACCURACY)."""
+        ref = self._reference(inputs, wl)
+        reason = ""
+        for name, buf in zip(self.problem.outputs, got):
+            c = compare(buf, ref[name], tol, name)
+            tally.abs = max(tally.abs, c.max_absolute_error)
+            tally.rel = max(tally.rel, c.max_relative_error)
+            tally.ratio = min(tally.ratio, c.matched_ratio)
+            if not c.ok and not reason:
+                reason = c.reason
+        if reason:
+            raise _Fail(Status.INCORRECT_NUMERICAL, f"{label}: {reason}", with_correctness=True)
+        if not self.accuracy:
+            return
+        truth, how = ground_truth(self.problem, self._ref_module, inputs)
+        tally.acc["ground_truth"] = how
+        for name, buf in zip(self.problem.outputs, got):
+            a = check_accuracy(buf, ref[name], truth.get(name) if truth else None, name)
+            if a.skipped:
+                tally.acc["skipped"] += 1
+                tally.acc.setdefault("skipped_reason", a.skipped)
+                continue
+            tally.acc["checked"] += 1
+            ratio = a.ratio if a.ratio is not None else 0.0
+            if ratio >= tally.acc.get("ratio", -1.0):
+                tally.acc.update(candidate_error=a.candidate_error, reference_error=a.reference_error,
+                                 ratio=ratio, output=name)
+            tally.acc["sparse_fraction"] = max(tally.acc.get("sparse_fraction", 0.0), a.sparse_fraction or 0.0)
+            if not a.ok:
+                raise _Fail(Status.INCORRECT_ACCURACY, f"{label}: {a.reason}", with_correctness=True)
+
+    # --- timing ----------------------------------------------------------------------------------------
+
+    def _timing(self, worker: Worker, solution: SolutionRef, wl: Workload, nonce: str, call_ms: float,
+                tally: _Tally, checks: dict, stage: dict, logs: list[str]) -> Performance:
+        """The reference's time, the candidate's timing run with its checked calls, the wall-clock check."""
         ref_stats = self._reference_stats(wl)
-        sets, refs = self._timing_sets(wl, "timing", with_reference=True)
-        r = worker.request({"op": "bench", "key": key, "sets": sets, "params": dataclasses.asdict(self.params)},
+        key = solution.key()
+        sets = self._timing_sets(wl, "timing", nonce, keep_private=True)
+        r = worker.request({"op": "bench", "key": key, "sets": [s.payload() for s in sets],
+                            "params": dataclasses.asdict(self.params),
+                            "plan": self._plan(wl, "timing", nonce, sets)},
                            self._bench_timeout(call_ms))
         if not r.ok:
-            return self._failed(solution, wl, r, logs, "timing")
+            raise self._reply_failure(r, "timing")
         logs.append(r.log)
-        # The last timed call on each set must be right too (no fast path only while being timed).
-        for i, ((_, outs), ref) in enumerate(zip(sets, refs)):
-            bad = self._check(outs, ref, tol, worst)
-            if bad:
-                return self._result(solution, wl, Status.INCORRECT_NUMERICAL, f"timed call on set {i}: {bad}",
-                                    _join(logs), correctness=self._correctness(worst, tol, self.trials, i + 1))
-        correctness = self._correctness(worst, tol, self.trials, len(sets))
-        del sets, refs
-        self._collect()
+        data = r.data
+        snaps = {i: [c.clone() for c in s.check] for i, s in enumerate(sets)}  # copied out at once
+        self._sync()
+        plan = self._plan(wl, "timing", nonce, sets)
+        uses, bad = _replay(data, len(sets), self.params)
+        if bad:
+            raise _Fail(Status.TAMPERED, f"timing: the worker's reply is inconsistent with the timing loop: {bad}")
+        checks["l2_persisting_resets"] = int(data.get("l2_persisting_resets", 0) or 0)
         try:
-            stats = latency_stats(r.data.get("times_ms", []))
+            stats = latency_stats(data.get("times_ms", []))
         except ValueError as e:
-            return self._result(solution, wl, Status.RUNTIME_ERROR, f"timing: {e}", _join(logs),
-                                correctness=correctness)
-        t_sol = None
-        if self.t_sol_ms is not None:
-            try:
-                t_sol = self.t_sol_ms(wl)
-                t_sol = float(t_sol) if t_sol is not None and float(t_sol) > 0 else None
-            except Exception as e:  # a T_SOL model that fails leaves the measurement standing
-                logs.append(f"T_SOL unavailable: {type(e).__name__}: {e}")
-                t_sol = None
-        faster = t_sol is not None and stats.median_ms < t_sol
+            raise _Fail(Status.RUNTIME_ERROR, f"timing: {e}", with_correctness=True) from None
+        for i, s in enumerate(sets):  # inputs as the last timed call left them (before wall batches move on)
+            seen = {name: (rescale(v, rescale_factor(plan["seed"], i, uses["final"][i])) if j in s.rescaled else v)
+                    for j, (name, v) in enumerate(s.private.items())}  # type: ignore[union-attr]
+            changed = _modified(s.private, s.base) + [f"{n} (working copy)" for n in
+                                                      _modified(seen, s.work, only=s.rescaled)]
+            if changed:
+                raise _Fail(Status.INPUT_MODIFIED, f"timing: the candidate changed input(s) {', '.join(changed)}")
+        wall = self._wall(worker, key, float(data.get("estimate_ms", 0.0)), logs) if self.wall_check else None
+        # Only now do expected outputs exist (no candidate code runs after this): every checked timed call.
+        for i, use in sorted(uses["snapshots"].items()):
+            s = sets[i]
+            seen = {name: (rescale(v, rescale_factor(plan["seed"], i, use)) if j in s.rescaled else v)
+                    for j, (name, v) in enumerate(s.private.items())}  # type: ignore[union-attr]
+            stage["timed_sets"] += 1
+            self._judge(snaps[i], seen, wl, wl.tolerance, tally, f"timed call {uses['calls'][i]} on set {i}")
+        del sets, snaps
+        self._collect()
+        t_sol = self._t_sol(wl, logs)
         perf = Performance(
             latency_ms=stats.median_ms, latency_p20_ms=stats.p20_ms, latency_p80_ms=stats.p80_ms,
             reference_latency_ms=ref_stats.median_ms,
             speedup_factor=ref_stats.median_ms / stats.median_ms if stats.median_ms > 0 else math.inf,
-            t_sol_ms=t_sol, sol_score=None if faster else _sol_score(stats.median_ms, ref_stats.median_ms, t_sol),
-            timed_calls=stats.n, reference_latency_p20_ms=ref_stats.p20_ms,
+            t_sol_ms=t_sol, sol_score=None, timed_calls=stats.n, reference_latency_p20_ms=ref_stats.p20_ms,
             reference_latency_p80_ms=ref_stats.p80_ms, reference_timed_calls=ref_stats.n)
-        if faster:
-            reason = (f"median {stats.median_ms:.4g} ms is below T_SOL {t_sol:.4g} ms, which is physically "
-                      "impossible: a wrong T_SOL, a timing artefact or a cheat; re-verify")
-            return self._result(solution, wl, Status.FASTER_THAN_SOL, reason, _join(logs),
-                                correctness=correctness, performance=perf)
-        return self._result(solution, wl, Status.PASSED, "", _join(logs), correctness=correctness,
-                            performance=perf)
+        if wall is not None:
+            ok, escaped, allowed = wall_verdict(wall["per_call_ms"], stats.median_ms, self.device.type)
+            wall.update(event_median_ms=stats.median_ms, escaped_ms=escaped, allowed_ms=allowed)
+            checks["wall"] = wall
+            if not ok:
+                raise _Fail(Status.UNTIMED_WORK, (
+                    f"timing: the parent's wall clock measured {wall['per_call_ms']:.4g} ms per call over all "
+                    f"streams, the events only {stats.median_ms:.4g} ms ({escaped:.4g} ms escaped; "
+                    f"{allowed:.4g} ms allowed): work on another stream, work left after the call returned, "
+                    "or forged times"), with_correctness=True, performance=perf)
+        faster = t_sol is not None and stats.median_ms < t_sol
+        if not faster:
+            perf = dataclasses.replace(perf, sol_score=_sol_score(stats.median_ms, ref_stats.median_ms, t_sol))
+        return perf
 
-    def _check(self, outs: Sequence[Any], ref: Mapping[str, Any], tol, worst: dict) -> str:
-        """Compare every output; fold errors into ``worst``; return the first failure's reason or ''."""
-        reason = ""
-        for name, buf in zip(self.problem.outputs, outs):
-            c = compare(buf, ref[name], tol, name)
-            worst["abs"] = max(worst["abs"], c.max_absolute_error)
-            worst["rel"] = max(worst["rel"], c.max_relative_error)
-            worst["ratio"] = min(worst["ratio"], c.matched_ratio)
-            if not c.ok and not reason:
-                reason = c.reason
-        return reason
+    def _wall(self, worker: Worker, key: str, estimate_ms: float, logs: list[str]) -> dict:
+        """Batches of (prepare, flush[, call], device-wide sync) timed with this process's clock."""
+        n = int(min(max(math.ceil(WALL_MS / max(estimate_ms, 1e-3)), WALL_MIN_CALLS), WALL_MAX_CALLS))
+        timeout = self.timeout_s + 3.0 * n * max(estimate_ms, 0.0) / 1e3
+        base, cand = [], []
+        for _ in range(WALL_REPEATS):
+            for with_call, into in ((False, base), (True, cand)):
+                t0 = time.perf_counter()
+                r = worker.request({"op": "wall", "key": key, "n": n, "call": with_call}, timeout)
+                dt = (time.perf_counter() - t0) * 1e3
+                if not r.ok:
+                    raise self._reply_failure(r, "wall-clock check")
+                if r.log.strip():
+                    logs.append(r.log)
+                into.append(dt)
+        per_call = max(min(cand) - min(base), 0.0) / n
+        return {"calls": n, "batches": WALL_REPEATS, "baseline_ms": min(base), "with_calls_ms": min(cand),
+                "per_call_ms": per_call}
 
-    @staticmethod
-    def _correctness(worst: dict, tol, trials: int, timed_sets: int) -> Correctness:
-        return Correctness(max_absolute_error=worst["abs"], max_relative_error=worst["rel"],
-                           matched_ratio=worst["ratio"], tolerance=tol.to_json(), trials=trials,
-                           checked_timed_sets=timed_sets)
+    def _t_sol(self, wl: Workload, logs: list[str]) -> float | None:
+        if self.t_sol_ms is None:
+            return None
+        try:
+            t = self.t_sol_ms(wl)
+            return float(t) if t is not None and float(t) > 0 else None
+        except Exception as e:  # a T_SOL model that fails leaves the measurement standing
+            logs.append(f"T_SOL unavailable: {type(e).__name__}: {e}")
+            return None
+
+
+def _replay(data: Mapping[str, Any], n_sets: int, params: BenchParams) -> tuple[dict, str]:
+    """What the timing loop must have done, from the numbers the worker reported, and whether they agree.
+
+    Returns:
+        ``({"final": {set: last use}, "snapshots": {set: use}, "calls": {set: call}}, problem or '')``.
+    """
+    times = data.get("times_ms")
+    warm = data.get("warmup_calls")
+    est = data.get("estimate_ms")
+    if not isinstance(times, list) or not isinstance(warm, int) or not isinstance(est, (int, float)):
+        return {}, "missing fields"
+    n = len(times)
+    if warm < 2:
+        return {}, f"{warm} warm-up calls"
+    want = reps_for(float(est), params)
+    if n != want:
+        return {}, f"{n} timed calls where the warm-up estimate {est:.4g} ms gives {want}"
+    warm_uses = [len(range(k, warm, n_sets)) for k in range(n_sets)]
+    final = {k: warm_uses[k] + len(range(k, n, n_sets)) - 1 for k in range(n_sets)}
+    counts = data.get("counts")
+    if counts is not None and list(counts) != [final[k] + 1 for k in range(n_sets)]:
+        return {}, f"set preparations {counts} where the loop makes {[final[k] + 1 for k in range(n_sets)]}"
+    snaps: dict[int, int] = {}
+    calls: dict[int, int] = {}
+    for item in data.get("snapshots") or []:
+        k, j = int(item[0]), int(item[1])
+        if not (0 <= k < n_sets and 0 <= j < n and j % n_sets == k) or k in snaps:
+            return {}, f"checked call {item} is not a timed call of its set"
+        snaps[k] = warm_uses[k] + j // n_sets
+        calls[k] = j
+    missing = [k for k in range(n_sets) if len(range(k, n, n_sets)) and k not in snaps]
+    if missing:
+        return {}, f"no checked call on set(s) {missing}"
+    return {"final": final, "snapshots": snaps, "calls": calls}, ""
+
+
+def _bits(t):
+    import torch
+
+    t = t.detach().contiguous().reshape(-1)
+    if t.dtype is torch.bool:
+        return t.view(torch.uint8)
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]) \
+        if t.element_size() in (1, 2, 4, 8) else t
+
+
+def _modified(expected: Mapping[str, Any], actual: Sequence[Any], only: Sequence[int] | None = None) -> list[str]:
+    """Names of tensor inputs whose bits differ between ``expected`` (by name) and ``actual`` (in order)."""
+    import torch
+
+    out = []
+    for j, ((name, e), a) in enumerate(zip(expected.items(), actual)):
+        if only is not None and j not in only:
+            continue
+        if not (_is_tensor(e) and _is_tensor(a)):
+            continue
+        if e.shape != a.shape or e.dtype != a.dtype or not torch.equal(_bits(e), _bits(a.to(e.device))):
+            out.append(name)
+    return out
 
 
 def _join(logs: Sequence[str]) -> str:
-    return "\n".join(x.strip("\n") for x in logs if x.strip())
+    return "\n".join(x.strip("\n") for x in logs if x and x.strip())
 
 
 def _is_tensor(v: Any) -> bool:
@@ -505,4 +822,4 @@ def _nbytes(v: Any) -> int:
     return v.numel() * v.element_size() if _is_tensor(v) else 0
 
 
-__all__ = ["Grader", "TIMEOUT_S", "START_TIMEOUT_S", "ROTATE"]
+__all__ = ["Grader", "TIMEOUT_S", "START_TIMEOUT_S", "ROTATE", "WALL_MS", "WALL_REPEATS"]

@@ -7,12 +7,15 @@ trace style, plus :func:`summarize` and :func:`format_table`.
      "evaluation": {"status", "reason", "log", "environment": {...}, "timestamp",
                     "correctness": {"max_absolute_error", "max_relative_error", "matched_ratio",
                                     "tolerance": {"max_atol", "max_rtol", "required_matched_ratio", "source"},
-                                    "trials", "checked_timed_sets"},
+                                    "trials", "checked_timed_sets",
+                                    "accuracy": {"candidate_error", "reference_error", "ratio", ...}},
                     "performance": {"latency_ms", "latency_p20_ms", "latency_p80_ms", "reference_latency_ms",
-                                    "speedup_factor", "t_sol_ms", "sol_score", "timed_calls", ...}}}
+                                    "speedup_factor", "t_sol_ms", "sol_score", "timed_calls", ...},
+                    "checks": {"variants", "unlisted_shape", "wall", "l2_persisting_resets", ...}}}
 
-``correctness`` is present when outputs were compared (PASSED, INCORRECT_NUMERICAL, FASTER_THAN_SOL),
-``performance`` when the candidate was timed (PASSED, FASTER_THAN_SOL).
+``correctness`` is present when outputs were compared (PASSED, INCORRECT_NUMERICAL, INCORRECT_ACCURACY,
+FASTER_THAN_SOL, UNTIMED_WORK), ``performance`` when the candidate was timed (PASSED, FASTER_THAN_SOL,
+UNTIMED_WORK).
 """
 
 from __future__ import annotations
@@ -29,17 +32,23 @@ from typing import Any, Iterable, Mapping, Sequence
 
 
 class Status(str, enum.Enum):
-    """Outcome of grading one workload: FlashInfer-Bench's names plus CRASHED and FASTER_THAN_SOL."""
+    """Outcome of grading one workload: FlashInfer-Bench's names, CRASHED, and one name per guard."""
 
     PASSED = "PASSED"
-    INCORRECT_SHAPE = "INCORRECT_SHAPE"          # wrong output count, name or shape
+    INCORRECT_SHAPE = "INCORRECT_SHAPE"          # wrong output count, name or shape; not contiguous
     INCORRECT_DTYPE = "INCORRECT_DTYPE"          # not a plain torch.Tensor, wrong dtype or device
     INCORRECT_NUMERICAL = "INCORRECT_NUMERICAL"  # outside tolerance, or NaN/Inf (unwritten outputs)
+    INCORRECT_ACCURACY = "INCORRECT_ACCURACY"    # within tolerance, far less accurate than the reference
     RUNTIME_ERROR = "RUNTIME_ERROR"              # the candidate raised
     COMPILE_ERROR = "COMPILE_ERROR"              # the loader could not build the candidate
     TIMEOUT = "TIMEOUT"                          # a request ran past timeout_s; the worker was killed
     CRASHED = "CRASHED"                          # the worker died (signal, exit, lost CUDA context)
     FASTER_THAN_SOL = "FASTER_THAN_SOL"          # correct but timed below T_SOL: flagged, never rewarded
+    INPUT_MODIFIED = "INPUT_MODIFIED"            # an input differs after the call
+    OUTPUT_ALIASED = "OUTPUT_ALIASED"            # a returned output shares memory with an input/output
+    UNTIMED_WORK = "UNTIMED_WORK"                # the parent's wall clock saw work the events did not
+    THREAD_SPAWNED = "THREAD_SPAWNED"            # a native thread outlived a load, call or timing run
+    TAMPERED = "TAMPERED"                        # timing, grader or reply functions were replaced
 
     def __str__(self) -> str:
         return self.value
@@ -55,12 +64,14 @@ class Correctness:
     tolerance: Mapping[str, Any]  # Tolerance.to_json(): max_atol, max_rtol, required_matched_ratio, source
     trials: int = 0
     checked_timed_sets: int = 0
+    accuracy: Mapping[str, Any] | None = None  # against the ground truth: see ucutlass.grader.accuracy
 
     def to_json(self) -> dict:
         return {"max_absolute_error": _num(self.max_absolute_error),
                 "max_relative_error": _num(self.max_relative_error),
                 "matched_ratio": _num(self.matched_ratio), "tolerance": dict(self.tolerance),
-                "trials": self.trials, "checked_timed_sets": self.checked_timed_sets}
+                "trials": self.trials, "checked_timed_sets": self.checked_timed_sets,
+                "accuracy": _clean(self.accuracy) if self.accuracy is not None else None}
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,7 @@ class WorkloadResult:
         reason: one line saying why, when not PASSED (FASTER_THAN_SOL says by how much).
         log: the reason, a traceback when the candidate raised, and what the worker printed.
         correctness / performance: None where that stage was not reached.
+        checks: what the guards measured (input distributions, unlisted shape, wall clock, threads, …).
     """
 
     definition: str
@@ -114,6 +126,7 @@ class WorkloadResult:
     timestamp: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     correctness: Correctness | None = None
     performance: Performance | None = None
+    checks: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -153,6 +166,7 @@ class WorkloadResult:
                 "timestamp": self.timestamp,
                 "correctness": self.correctness.to_json() if self.correctness else None,
                 "performance": self.performance.to_json() if self.performance else None,
+                "checks": _clean(self.checks),
             },
         }
 
@@ -160,6 +174,22 @@ class WorkloadResult:
 def _num(x: float | None) -> float | None:
     """JSON-safe: NaN/Inf become None."""
     return None if x is None or not math.isfinite(x) else x
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe copy: NaN/Inf floats become None, tuples lists, mappings dicts."""
+    if isinstance(x, float):
+        return _num(x)
+    if isinstance(x, Mapping):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+#: Statuses given by a guard (a cheat caught in the act, not a wrong answer).
+GUARD_STATUSES = frozenset({Status.FASTER_THAN_SOL, Status.INPUT_MODIFIED, Status.OUTPUT_ALIASED,
+                            Status.UNTIMED_WORK, Status.THREAD_SPAWNED, Status.TAMPERED})
 
 
 # --- summaries -----------------------------------------------------------------------------------------
@@ -173,7 +203,9 @@ def summarize(results: Sequence[WorkloadResult]) -> dict:
         workloads (None if none), ``mean_sol_score`` averages the SOL score over every
         workload, one that did not pass counting 0 (0.0 when none passed; None when a passed workload has
         no score because no T_SOL was given), and
-        ``flagged`` counts FASTER_THAN_SOL results (to re-verify; they score 0 here).
+        ``flagged`` counts FASTER_THAN_SOL results (to re-verify; they score 0 here), ``guarded`` every
+        result a guard gave (FASTER_THAN_SOL, INPUT_MODIFIED, OUTPUT_ALIASED, UNTIMED_WORK, THREAD_SPAWNED,
+        TAMPERED).
     """
     n = len(results)
     passed = [r for r in results if r.status is Status.PASSED]
@@ -190,6 +222,7 @@ def summarize(results: Sequence[WorkloadResult]) -> dict:
         "geomean_speedup": geo,
         "mean_sol_score": mean_score,
         "flagged": sum(r.status is Status.FASTER_THAN_SOL for r in results),
+        "guarded": sum(r.status in GUARD_STATUSES for r in results),
     }
 
 
@@ -236,8 +269,48 @@ def _driver_version() -> str | None:
         return None
 
 
+def _dist_version(name: str) -> str | None:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version(name)
+    except PackageNotFoundError:
+        return None
+    except Exception:
+        return None
+
+
+_NVCC: list[str | None] = []
+
+
+def nvcc_version() -> str | None:
+    """``release X.Y, VZ`` of the nvcc on CUDACXX, CUDA_HOME or PATH (cached; None when absent)."""
+    if _NVCC:
+        return _NVCC[0]
+    import re
+    import shutil
+    import subprocess
+
+    cands = [os.environ.get("CUDACXX"),
+             os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc") if os.environ.get("CUDA_HOME") else None,
+             shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
+    found = None
+    for c in cands:
+        if c and os.path.isfile(c):
+            try:
+                out = subprocess.run([c, "--version"], capture_output=True, text=True, timeout=30).stdout
+            except (OSError, subprocess.SubprocessError):
+                continue
+            m = re.search(r"release ([0-9.]+), V([0-9.]+)", out)
+            found = m.group(2) if m else out.strip().splitlines()[-1] if out.strip() else None
+            break
+    _NVCC.append(found)
+    return found
+
+
 def collect_environment(device) -> dict:
-    """Where a grade was measured: hardware, driver, library versions, host."""
+    """Where a grade was measured: hardware, driver, library versions (torch, CUDA, CUTLASS, nvcc, Triton),
+    host."""
     import torch
 
     import ucutlass
@@ -252,9 +325,11 @@ def collect_environment(device) -> dict:
     else:
         env.update(hardware=platform.processor() or platform.machine() or "cpu", driver=None)
     env["libs"] = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-                   "ucutlass": getattr(ucutlass, "__version__", None)}
+                   "ucutlass": getattr(ucutlass, "__version__", None),
+                   "cutlass": _dist_version("nvidia-cutlass"), "nvcc": nvcc_version(),
+                   "triton": _dist_version("triton")}
     return env
 
 
 __all__ = ["Status", "Correctness", "Performance", "WorkloadResult", "summarize", "format_table",
-           "collect_environment"]
+           "collect_environment", "nvcc_version", "GUARD_STATUSES"]

@@ -36,6 +36,11 @@ REFERENCE_LOADER = "ucutlass.grader.solutions:load_reference"
 
 #: A module-level constant a solution .py file may set to declare destination passing style.
 DPS_MARKER = "DESTINATION_PASSING"
+#: FlashInfer-Bench languages: imported as Python, or built with torch.utils.cpp_extension.
+PYTHON_LANGUAGES = ("python", "triton", "torch", "pytorch")
+NATIVE_LANGUAGES = ("cuda", "cpp")
+NATIVE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+ENV_BUILD_CACHE = "UCUTLASS_GRADER_CACHE"
 
 
 @dataclass(frozen=True)
@@ -142,27 +147,64 @@ def _remove_source_dirs() -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def load_sources(payload: Mapping[str, Any], problem) -> Callable:
-    """Loader for FlashInfer-Bench solution JSON: payload ``{"sources": [{path, content}], "entry_point"}``.
-
-    The sources are written into a private temporary folder (put on ``sys.path``) and the entry point
-    ``"file.py::function"`` is imported from there.
-
-    Raises:
-        GraderError: a source path escapes the folder, or the entry point is missing.
-    """
-    root = Path(tempfile.mkdtemp(prefix="ucutlass-solution-"))
-    _SOURCE_DIRS.append(str(root))
-    for src in payload["sources"]:
+def _write_sources(root: Path, sources) -> list[Path]:
+    paths = []
+    for src in sources:
         target = (root / src["path"]).resolve()
         if root.resolve() not in target.parents:
             raise GraderError(f"source path {src['path']!r} leaves the solution folder")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(src["content"])
+        if not target.is_file() or target.read_text() != src["content"]:
+            target.write_text(src["content"])
+        paths.append(target)
+    return paths
+
+
+def build_cache_dir() -> Path:
+    """Where C++/CUDA solutions are built: ``$UCUTLASS_GRADER_CACHE`` or ``~/.cache/ucutlass/grader``."""
+    import os
+
+    return Path(os.environ.get(ENV_BUILD_CACHE) or Path.home() / ".cache" / "ucutlass" / "grader")
+
+
+def load_sources(payload: Mapping[str, Any], problem) -> Callable:
+    """Loader for FlashInfer-Bench solution JSON: payload ``{"sources": [{path, content}], "entry_point",
+    "language"}``.
+
+    Python and Triton: the sources are written into a private temporary folder (put on ``sys.path``) and
+    the entry point ``"file.py::function"`` is imported from there. CUDA and C++ (FlashInfer-Bench's torch
+    builder): the ``.cu``/``.cpp``/``.cc``/``.cxx``/``.c`` sources are compiled with
+    ``torch.utils.cpp_extension.load`` in a content-addressed folder under :func:`build_cache_dir` (a
+    rebuild of unchanged sources is a no-op) and the entry symbol is taken from the extension module.
+
+    Raises:
+        GraderError: a source path escapes the folder, the entry point is missing, or the build fails.
+    """
     entry_file, _, fn_name = str(payload["entry_point"]).partition("::")
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+    language = str(payload.get("language", "python")).lower()
+    where = f"{payload.get('name', 'solution')}: {entry_file}"
+    if language in NATIVE_LANGUAGES:
+        from torch.utils.cpp_extension import load
+
+        root = build_cache_dir() / f"ext_{digest}"
+        root.mkdir(parents=True, exist_ok=True)
+        paths = _write_sources(root, payload["sources"])
+        native = [str(p) for p in paths if p.suffix in NATIVE_SUFFIXES]
+        if Path(entry_file).suffix not in NATIVE_SUFFIXES:
+            raise GraderError(f"{where}: a {language} entry file must be one of {', '.join(NATIVE_SUFFIXES)}")
+        try:
+            mod = load(name=f"ucutlass_ext_{digest}", sources=native, extra_include_paths=[str(root)],
+                       with_cuda=language == "cuda", build_directory=str(root), verbose=False)
+        except Exception as e:
+            raise GraderError(f"{where}: building the {language} sources failed: {type(e).__name__}: "
+                              f"{str(e)[-1500:]}") from e
+        return _entry(mod, fn_name, where)
+    root = Path(tempfile.mkdtemp(prefix="ucutlass-solution-"))
+    _SOURCE_DIRS.append(str(root))
+    _write_sources(root, payload["sources"])
     mod = _import_file(root / entry_file, f"ucutlass_solution_{digest}", root)
-    return _entry(mod, fn_name, f"{payload.get('name', 'solution')}: {entry_file}")
+    return _entry(mod, fn_name, where)
 
 
 def load_reference(payload: Mapping[str, Any], problem) -> Callable:
@@ -203,11 +245,14 @@ def _from_flashinfer_json(path: Path, problem, destination_passing: bool | None)
     spec = d.get("spec") or {}
     entry_point = spec.get("entry_point", "")
     entry_file, sep, fn_name = entry_point.partition("::")
-    if not sep or not entry_file.endswith(".py") or not fn_name:
-        raise GraderError(f"{path}: spec.entry_point {entry_point!r} must be '<file.py>::<function>'")
     language = str(spec.get("language", "python")).lower()
-    if language not in ("python", "triton", "torch", "pytorch"):
-        raise GraderError(f"{path}: language {language!r} is not supported yet (supported: python, triton)")
+    if language not in PYTHON_LANGUAGES + NATIVE_LANGUAGES:
+        raise GraderError(f"{path}: language {language!r} is not supported "
+                          "(supported: python, triton, cuda, cpp)")
+    suffixes = NATIVE_SUFFIXES if language in NATIVE_LANGUAGES else (".py",)
+    if not sep or not entry_file.endswith(suffixes) or not fn_name:
+        raise GraderError(f"{path}: spec.entry_point {entry_point!r} must be '<file{suffixes[0]}>::<function>' "
+                          f"for language {language}")
     sources = [{"path": s["path"], "content": s["content"]} for s in d.get("sources", [])]
     if entry_file not in {s["path"] for s in sources}:
         raise GraderError(f"{path}: entry file {entry_file!r} is not among the sources")
@@ -216,7 +261,8 @@ def _from_flashinfer_json(path: Path, problem, destination_passing: bool | None)
         raise GraderError(f"{path}: solution is for definition {definition!r}, not {problem.id!r}")
     dps = destination_passing if destination_passing is not None else \
         bool(spec.get("destination_passing_style", True))  # FlashInfer-Bench's default
-    payload = {"name": d.get("name", path.stem), "entry_point": entry_point, "sources": sources}
+    payload = {"name": d.get("name", path.stem), "entry_point": entry_point, "sources": sources,
+               "language": language}
     return SolutionRef(name=d.get("name", path.stem), loader=SOURCES_LOADER, payload=payload,
                        destination_passing=dps)
 
@@ -227,8 +273,9 @@ def solution_from_file(path, problem=None, *, destination_passing: bool | None =
 
     - ``.py``: a module exporting ``run`` (or ``entry``). Return style unless ``destination_passing``
       says otherwise or the file sets ``DESTINATION_PASSING = True`` at module level.
-    - ``.json``: a FlashInfer-Bench solution (``spec.entry_point`` ``"file.py::fn"``, ``sources``;
-      ``spec.destination_passing_style`` defaults to True, as in FlashInfer-Bench). Python/Triton only.
+    - ``.json``: a FlashInfer-Bench solution (``spec.entry_point`` ``"file.py::fn"`` or, for languages
+      ``cuda``/``cpp``, ``"file.cu::fn"`` built with ``torch.utils.cpp_extension``; ``sources``;
+      ``spec.destination_passing_style`` defaults to True, as in FlashInfer-Bench).
 
     Args:
         path: the solution file.
@@ -258,5 +305,5 @@ def solution_from_file(path, problem=None, *, destination_passing: bool | None =
 __all__ = [
     "SolutionRef", "reference_solution", "resolve_loader", "load_python_file", "load_sources",
     "load_reference", "solution_from_file", "PYTHON_FILE_LOADER", "SOURCES_LOADER", "REFERENCE_LOADER",
-    "DPS_MARKER",
+    "DPS_MARKER", "build_cache_dir",
 ]

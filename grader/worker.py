@@ -4,27 +4,32 @@ Parent side: :class:`Worker` spawns the process (``torch.multiprocessing``'s *sp
 once CUDA is up), sends it requests and waits for a reply, the process's death, or a deadline — whichever
 comes first — so a crash or a hang is a result, not a dead grader.
 
-Child side: :func:`worker_main` builds solutions with their loaders, calls them on tensors the parent
-owns and shares (CUDA IPC on the GPU, shared memory on the CPU), and times them with
-:func:`ucutlass.grader.timing.bench`.
+Child side: :func:`worker_main` sets up the device, warms up torch's thread pools and CUDA, binds the
+timing primitives and takes the guards' snapshots (:mod:`.guards`) — all before any candidate code is
+imported — then builds solutions with their loaders, calls them on tensors the parent owns and shares
+(CUDA IPC on the GPU, shared memory on the CPU), and times them with :mod:`.timing`.
 
 Protocol: requests (parent → child) are pickled dicts, because they carry shared tensors; replies
 (child → parent) are JSON, so nothing the candidate's process sends is unpickled in the parent. A reply
-never says whether outputs are right: the parent reads the buffers itself.
+never says whether outputs are right: the parent reads the buffers itself, and times the ``wall``
+batches with its own clock.
 
-=========  ===================================================  =========================================
-op         request fields                                       reply (``ok`` True)
-=========  ===================================================  =========================================
-``info``   —                                                    pid, device, L2 and flush-buffer sizes
-``load``   ``solution`` (:class:`SolutionRef`)                  ``load_ms``
-``call``   ``key``, ``inputs``, ``outputs``                     ``wall_ms`` (outputs written, synced)
-``bench``  ``key``, ``sets`` [(inputs, outputs)], ``params``    ``times_ms``, ``warmup_calls``, …
-``exit``   —                                                    (no reply; the process exits)
-=========  ===================================================  =========================================
+=========  ==========================================================  ====================================
+op         request fields                                              reply (``ok`` True)
+=========  ==========================================================  ====================================
+``info``   —                                                           pid, device, L2 and flush sizes, …
+``load``   ``solution`` (:class:`SolutionRef`)                         ``load_ms``
+``call``   ``key``, ``inputs``, ``outputs``                            ``wall_ms`` (outputs written, synced)
+``bench``  ``key``, ``sets`` [{base, work, outputs, check}],           ``times_ms``, ``warmup_calls``,
+           ``params``, ``plan`` {seed, rescale}                        ``estimate_ms``, ``snapshots``, …
+``wall``   ``key``, ``n``, ``call`` (bool): on the last bench's sets   ``worker_ms`` (diagnostic only)
+``exit``   —                                                           (no reply; the process exits)
+=========  ==========================================================  ====================================
 
-A failed request replies ``{"ok": False, "status": ..., "reason": ..., "traceback": ...}``; after a CUDA
-error that leaves the context unusable it also says ``"fatal": True`` and exits, and the parent records
-the workload as CRASHED and starts a fresh worker.
+A failed request replies ``{"ok": False, "status": ..., "reason": ..., "traceback": ...}``. After every
+request the guards run (TAMPERED, THREAD_SPAWNED); a guard that fires, or a CUDA error that leaves the
+context unusable, also says ``"fatal": True`` and the worker exits: the parent records the status and
+starts a fresh worker, so no candidate leaves state behind for the next.
 """
 
 from __future__ import annotations
@@ -47,12 +52,15 @@ RUNTIME_ERROR = "RUNTIME_ERROR"
 COMPILE_ERROR = "COMPILE_ERROR"
 INCORRECT_SHAPE = "INCORRECT_SHAPE"
 INCORRECT_DTYPE = "INCORRECT_DTYPE"
+OUTPUT_ALIASED = "OUTPUT_ALIASED"
 CRASHED = "CRASHED"
 TIMEOUT = "TIMEOUT"
+TAMPERED = "TAMPERED"
+THREAD_SPAWNED = "THREAD_SPAWNED"
 
 #: How many built solutions a worker keeps (the tuner moves on; old ones only hold memory).
 SOLUTION_CACHE = 2
-#: Exit code of a worker that left after a fatal CUDA error.
+#: Exit code of a worker that left after a fatal CUDA error or a guard's verdict.
 FATAL_EXIT = 70
 
 
@@ -72,17 +80,20 @@ def _type_name(v: Any) -> str:
     return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
-def write_returned(result: Any, outputs: list, names: list[str]) -> None:
+def write_returned(result: Any, outputs: list, names: list[str], inputs: list | tuple = ()) -> None:
     """Copy a return-style result into the parent's output buffers, after checking every value.
 
     Each value must be exactly a ``torch.Tensor`` (a 0-d output may also be a Python number) on the
-    buffer's device, with the buffer's shape and dtype; nothing is copied unless all are.
+    buffer's device, with the buffer's shape and dtype, contiguous, and sharing memory with no input and
+    no other output; nothing is copied unless all are.
 
     Raises:
-        _Failure: INCORRECT_SHAPE (wrong number of outputs, missing name, wrong shape) or INCORRECT_DTYPE
-            (not a plain tensor, wrong device or dtype).
+        _Failure: INCORRECT_SHAPE (wrong number of outputs, missing name, wrong shape, not contiguous),
+            INCORRECT_DTYPE (not a plain tensor, wrong device or dtype) or OUTPUT_ALIASED.
     """
     import torch
+
+    from .guards import aliasing
 
     if isinstance(result, dict):
         missing = [n for n in names if n not in result]
@@ -111,6 +122,11 @@ def write_returned(result: Any, outputs: list, names: list[str]) -> None:
                                             f"expected {tuple(buf.shape)}")
         if v.dtype != buf.dtype:
             raise _Failure(INCORRECT_DTYPE, f"output {name!r} has dtype {v.dtype}, expected {buf.dtype}")
+        if not v.is_contiguous():
+            raise _Failure(INCORRECT_SHAPE, f"output {name!r} is not contiguous (strides {tuple(v.stride())})")
+    alias = aliasing(list(zip(names, values)), [(f"#{i}", x) for i, x in enumerate(inputs)])
+    if alias:
+        raise _Failure(OUTPUT_ALIASED, alias)
     for v, buf in zip(values, outputs):
         if type(v) is torch.Tensor:
             buf.copy_(v)
@@ -118,43 +134,97 @@ def write_returned(result: Any, outputs: list, names: list[str]) -> None:
             buf.fill_(v)
 
 
-class _State:
-    """What a worker holds between requests: the problem, device, flush buffer and built solutions."""
+def _warm_up(device) -> None:
+    """Start what torch starts lazily (intra-op thread pool, CUDA context, cuBLAS, events), so the thread
+    guard's baseline already holds those threads."""
+    import torch
 
-    def __init__(self, problem, device, flush):
+    a = torch.randn(256, 256)
+    (a @ a).sum().item()
+    torch.ones(1 << 22).sum().item()
+    (a.bfloat16() @ a.bfloat16()).float().sum().item()
+    if device.type == "cuda":
+        for dt in (torch.float32, torch.bfloat16, torch.float16):
+            b = torch.randn(256, 256, device=device, dtype=dt)
+            (b @ b).float().sum().item()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        torch.ones(1 << 20, device=device).sum()
+        e.record()
+        torch.cuda.synchronize(device)
+        s.elapsed_time(e)
+
+
+class _Solution:
+    """A built solution: its recipe, callable, and the threads that existed before it was loaded."""
+
+    def __init__(self, ref, fn, threads: frozenset[str]):
+        self.ref, self.fn, self.threads = ref, fn, threads
+
+
+class _State:
+    """What a worker holds between requests: the problem, device, flush buffer, timing primitives,
+    guards, built solutions and the last timing run's sets (for ``wall`` requests)."""
+
+    def __init__(self, problem, device, flush, prims):
+        from .check import poison_value
+        from .guards import Integrity, L2Persisting, ThreadWatch
+
         self.problem = problem
         self.device = device
         self.flush = flush
+        self.prims = prims
         self.names = list(problem.outputs)
-        self.solutions: OrderedDict[str, tuple[Any, Any]] = OrderedDict()  # key -> (ref, fn)
+        self.solutions: OrderedDict[str, _Solution] = OrderedDict()
+        self.timing: dict | None = None
+        self._loading: frozenset[str] | None = None
+        self.threads = ThreadWatch()
+        self.l2 = L2Persisting() if device.type == "cuda" else None
+        self._poison_value = poison_value
+        flush_state = (id(flush), flush.data_ptr(), flush.numel())
+        self.integrity = Integrity(extra=[
+            ("the flush buffer", lambda: (id(self.flush), self.flush.data_ptr(), self.flush.numel()), flush_state),
+            ("the timing primitives", lambda: tuple(id(v) for v in vars(self.prims).values()),
+             tuple(id(v) for v in vars(prims).values())),
+        ])
 
     # -- requests --------------------------------------------------------------------------------------
 
     def handle(self, msg: dict) -> dict:
         op = msg.get("op")
+        if op not in ("wall", "info"):
+            self.timing = None  # the last timing run's sets are no longer needed: let the parent free them
         try:
             if op == "info":
                 return self.info()
             if op == "load":
-                return self.load(msg["solution"])
-            if op == "call":
-                return self.call(msg["key"], msg["inputs"], msg["outputs"])
-            if op == "bench":
-                return self.bench(msg["key"], msg["sets"], msg["params"])
-            return {"ok": False, "status": RUNTIME_ERROR, "reason": f"unknown request {op!r}"}
+                reply = self.load(msg["solution"])
+            elif op == "call":
+                reply = self.call(msg["key"], msg["inputs"], msg["outputs"])
+            elif op == "bench":
+                reply = self.bench(msg["key"], msg["sets"], msg["params"], msg.get("plan") or {})
+            elif op == "wall":
+                reply = self.wall(msg["key"], int(msg["n"]), bool(msg["call"]))
+            else:
+                return {"ok": False, "status": RUNTIME_ERROR, "reason": f"unknown request {op!r}"}
         except _Failure as f:
-            return {"ok": False, "status": f.status, "reason": f.reason}
+            reply = {"ok": False, "status": f.status, "reason": f.reason}
         except BaseException as e:  # noqa: BLE001 - the candidate may raise anything, SystemExit included
             status = COMPILE_ERROR if op == "load" else RUNTIME_ERROR
             reply = {"ok": False, "status": status, "reason": f"{type(e).__name__}: {e}"[:2000],
                      "traceback": traceback.format_exc()[-8000:]}
-            return self._check_context(reply)
+            reply = self._check_context(reply)
+        if not reply.get("fatal"):
+            reply = self._guards(msg, reply)
+        return reply
 
     def info(self) -> dict:
         import torch
 
         d = {"ok": True, "pid": os.getpid(), "device": str(self.device),
-             "flush_bytes": self.flush.numel() * self.flush.element_size(), "torch": torch.__version__}
+             "flush_bytes": self.flush.numel() * self.flush.element_size(), "torch": torch.__version__,
+             "threads": len(self.threads.snapshot()), "thread_guard": self.threads.available,
+             "l2_persisting_guard": bool(self.l2 and self.l2.available)}
         if self.device.type == "cuda":
             props = torch.cuda.get_device_properties(self.device)
             d.update(device_name=props.name, l2_bytes=int(getattr(props, "L2_cache_size", 0) or 0))
@@ -167,68 +237,127 @@ class _State:
         if key in self.solutions:
             self.solutions.move_to_end(key)
             return {"ok": True, "load_ms": 0.0, "cached": True}
+        before = self.threads.snapshot()
+        self._loading = before
         t0 = time.perf_counter()
         fn = resolve_loader(ref.loader)(ref.payload, self.problem)
         if not callable(fn):
             raise _Failure(COMPILE_ERROR, f"loader {ref.loader} returned a {_type_name(fn)}, not a callable")
-        self._sync()
-        self.solutions[key] = (ref, fn)
+        self.prims.sync()
+        self.solutions[key] = _Solution(ref, fn, before)
         while len(self.solutions) > SOLUTION_CACHE:
             self.solutions.popitem(last=False)
         return {"ok": True, "load_ms": (time.perf_counter() - t0) * 1e3, "cached": False}
 
-    def _solution(self, key: str):
+    def _solution(self, key: str) -> _Solution:
         if key not in self.solutions:
             raise _Failure(RUNTIME_ERROR, "solution not loaded in this worker")
         return self.solutions[key]
 
     def call(self, key: str, inputs: list, outputs: list) -> dict:
-        ref, fn = self._solution(key)
+        sol = self._solution(key)
         t0 = time.perf_counter()
-        if ref.destination_passing:
-            fn(*inputs, *outputs)
-            self._sync()
+        if sol.ref.destination_passing:
+            sol.fn(*inputs, *outputs)
+            self.prims.sync()
         else:
-            result = fn(*inputs)
-            self._sync()
-            write_returned(result, outputs, self.names)
-            self._sync()
+            result = sol.fn(*inputs)
+            self.prims.sync()
+            write_returned(result, outputs, self.names, inputs)
+            self.prims.sync()
         return {"ok": True, "wall_ms": (time.perf_counter() - t0) * 1e3}
 
-    def bench(self, key: str, sets: list, params: dict) -> dict:
-        from .check import poison
-        from .timing import BenchParams, bench
+    def _timing_callables(self, sol: _Solution, sets: list, plan: dict):
+        """``before``, ``call`` and ``after`` for :func:`timing.bench` and :func:`timing.wall`."""
+        from .inputs import rescale, rescale_factor
 
-        ref, fn = self._solution(key)
-        last: list[Any] = [None] * len(sets)
-        before = None
-        if ref.destination_passing:
+        prims, l2 = self.prims, self.l2
+        seed = int(plan.get("seed", 0))
+        rescaled = [list(ix) for ix in plan.get("rescale", [[] for _ in sets])]
+        counts = [0] * len(sets)
+        poison = [[self._poison_value(o.dtype) for o in s["outputs"]] for s in sets]
+        dps = sol.ref.destination_passing
+        fn = sol.fn
+        last: list[Any] = [None]
+
+        def before(i: int) -> None:
+            s = sets[i]
+            use = counts[i]
+            counts[i] = use + 1
+            if rescaled[i]:
+                f = rescale_factor(seed, i, use)
+                for j in rescaled[i]:
+                    rescale(s["base"][j], f, out=s["work"][j])
+            if dps:
+                for o, v in zip(s["outputs"], poison[i]):
+                    prims.fill_(o, v)
+            if l2 is not None:
+                l2.reset()
+
+        if dps:
             def call(i: int) -> None:
-                fn(*sets[i][0], *sets[i][1])
-
-            def before(i: int) -> None:  # every timed call must write its outputs again
-                for o in sets[i][1]:
-                    poison(o)
+                fn(*sets[i]["work"], *sets[i]["outputs"])
         else:
             def call(i: int) -> None:
-                last[i] = fn(*sets[i][0])
-        out = bench(call, len(sets), self.device, self.flush, BenchParams(**params), before)
-        self._sync()
-        if not ref.destination_passing:  # the last result of each set goes to the parent to be checked
-            for i, (_, outputs) in enumerate(sets):
-                if last[i] is not None:
-                    write_returned(last[i], outputs, self.names)
-            self._sync()
-        out["ok"] = True
+                last[0] = None
+                last[0] = fn(*sets[i]["work"])
+
+        def after(j: int, i: int) -> None:
+            s = sets[i]
+            if dps:
+                for c, o in zip(s["check"], s["outputs"]):
+                    prims.copy_(c, o)
+            else:
+                write_returned(last[0], s["check"], self.names, s["work"])
+            prims.sync()
+
+        return before, call, after, counts
+
+    def bench(self, key: str, sets: list, params: dict, plan: dict) -> dict:
+        from .timing import BenchParams, bench
+
+        sol = self._solution(key)
+        before, call, after, counts = self._timing_callables(sol, sets, plan)
+        raised = self.l2.raised if self.l2 is not None else 0
+        out = bench(call, len(sets), self.device, self.flush, BenchParams(**params), before, after, self.prims)
+        self.prims.sync()
+        self.timing = {"key": key, "sets": sets, "before": before, "call": call}
+        out.update(ok=True, counts=list(counts),
+                   l2_persisting_resets=(self.l2.raised - raised) if self.l2 is not None else 0)
         return out
 
-    # -- CUDA health -----------------------------------------------------------------------------------
+    def wall(self, key: str, n: int, with_call: bool) -> dict:
+        from .timing import wall
 
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            import torch
+        t = self.timing
+        if t is None or t["key"] != key:
+            raise _Failure(RUNTIME_ERROR, "no timing run of this solution to repeat")
+        ms = wall(t["call"] if with_call else None, len(t["sets"]), n, self.flush, t["before"], self.prims)
+        return {"ok": True, "worker_ms": ms}
 
-            torch.cuda.synchronize(self.device)
+    # -- guards and CUDA health ------------------------------------------------------------------------
+
+    def _guards(self, msg: dict, reply: dict) -> dict:
+        """TAMPERED or THREAD_SPAWNED (fatal: the worker must go) when a guard fires after a request."""
+        op = msg.get("op")
+        if op not in ("load", "call", "bench", "wall"):
+            return reply
+        changed = self.integrity.changes()
+        if changed:
+            shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
+            return {"ok": False, "status": TAMPERED, "fatal": True,
+                    "reason": f"the candidate replaced what the grader measures with: {shown}"}
+        key = msg.get("key") or (msg["solution"].key() if op == "load" else None)
+        sol = self.solutions.get(key) if key else None
+        base = sol.threads if sol is not None else self._loading
+        if base is not None:
+            new = self.threads.new_since(base)
+            if new:
+                return {"ok": False, "status": THREAD_SPAWNED, "fatal": True,
+                        "reason": f"the candidate started {len(new)} thread(s) that outlive its calls: "
+                                  f"{', '.join(new[:6])} (work done by a background thread escapes timing "
+                                  "and correctness checks)"}
+        return reply
 
     def _check_context(self, reply: dict) -> dict:
         """After an exception on CUDA: is the context still usable? If not, the worker must go."""
@@ -273,18 +402,20 @@ def worker_main(conn, problem, device: str, log_path: str | None, parent_pid: in
     _redirect_output(log_path)
     faulthandler.enable(all_threads=True)  # a segfault leaves its stack in the log the parent reads
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the grader; it stops the worker
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # torch.compile without worker threads
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     try:
         import torch
 
-        from .timing import flush_buffer
+        from . import check, guards, inputs, timing  # noqa: F401  (imported before any candidate code)
 
         torch.set_grad_enabled(False)
         dev = torch.device(device)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
             dev = torch.device("cuda", torch.cuda.current_device())
-        state = _State(problem, dev, flush_buffer(dev))
+        _warm_up(dev)
+        state = _State(problem, dev, timing.flush_buffer(dev), timing.Primitives(dev))
     except BaseException as e:  # noqa: BLE001
         _send(conn, {"ok": False, "status": CRASHED, "reason": f"worker setup failed: {type(e).__name__}: {e}",
                      "traceback": traceback.format_exc()})

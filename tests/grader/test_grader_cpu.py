@@ -212,7 +212,7 @@ def test_two_outputs_tuple_dict_and_integer_sentinel(rowstats_problem):
             results = g.grade(solution(name), timed=False)
             assert _statuses(results) == [Status.PASSED] * 2, [r.log for r in results]
         (r,) = g.grade(solution("rowstats_dps_y_only"), [0], timed=False)
-        assert r.status is Status.INCORRECT_NUMERICAL and r.reason.startswith("trial 0: idx:")
+        assert r.status is Status.INCORRECT_NUMERICAL and r.reason.startswith("trial 0 (normal): idx:")
         (r,) = g.grade(solution("rowstats_one_value"), [0], timed=False)
         assert r.status is Status.INCORRECT_SHAPE and "outputs ['y', 'idx']" in r.reason
 

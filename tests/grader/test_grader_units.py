@@ -161,9 +161,13 @@ def test_solution_from_file_errors(tmp_path, rowstats_problem):
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(GraderError, match="entry_point"):
         solution_from_file(tmp_path / "bad.json")
-    bad["spec"] = {**bad["spec"], "entry_point": "main.py::gemm", "language": "cuda"}
+    bad["spec"] = {**bad["spec"], "entry_point": "main.py::gemm", "language": "rust"}
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(GraderError, match="not supported"):
+        solution_from_file(tmp_path / "bad.json")
+    bad["spec"] = {**bad["spec"], "language": "cuda"}  # a CUDA solution's entry file is C++/CUDA
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(GraderError, match=r"<file\.cu>::<function>"):
         solution_from_file(tmp_path / "bad.json")
 
 

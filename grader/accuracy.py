@@ -1,0 +1,169 @@
+"""Accuracy against a ground truth: is the candidate about as accurate as the reference itself?
+
+A workload tolerance (``|x − y| ≤ atol + rtol·|y|`` on 99% of elements) is lax on purpose: it must
+admit an honest kernel that rounds differently from the reference. It also admits a kernel that computes
+an fp32 problem in bf16, writes zeros where outputs are smaller than ``atol``, or skips 1% of the output.
+The ground truth ``g`` closes that gap: the problem's reference run on the same inputs upcast to float64
+(float32 when float64 fails), so the reference ``y``'s own error ``y − g`` measures what honest rounding
+costs, and a candidate ``x`` may not be much worse.
+
+Errors are *normalized* per element, ``e = |x − g| / (|g| + τ)`` with ``τ = rms(g over the row) / 16``
+(a row is the last dimension when it has at least 16 elements, else the whole output): relative where
+values are normal, absolute (in units of the row's scale) near zero, and blind neither to tiny rows nor
+to huge ones. Two verdicts, both must hold:
+
+- mean: ``mean(e_cand) ≤ ACCURACY_FACTOR · mean(e_ref) + ACCURACY_FLOOR_ULPS · u`` (``u`` the unit
+  roundoff of the output dtype; factor 4). A lower precision raises every element's error: bf16 for an
+  fp32 GEMM is ~10⁴× the reference's error, TF32 ~2000×, fp8 for a bf16 GEMM ~25×; honest kernels measured
+  0.45–1.75× (fused fp32-accumulate epilogues are *more* accurate than torch's bf16 path, which rounds the
+  product before the residual add).
+- sparse: at most ``SPARSE_FRACTION`` (0.1%) of elements with
+  ``e_cand > SPARSE_FACTOR · e_ref + SPARSE_OFFSET · (mean(e_ref) + u)``: zeros written for 0.5% of rows,
+  or for the tiny rows of a structured input, are caught even when the mean barely moves.
+
+The check is skipped (and says so) for non-floating outputs, and when the ground truth is no more precise
+than the reference (``mean(e_ref) < u / 8``: a reference that casts to a fixed dtype, or an exact op);
+non-finite ground-truth elements are left to the tolerance check.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+#: Mean normalized error: candidate ≤ ACCURACY_FACTOR × reference + ACCURACY_FLOOR_ULPS × u.
+ACCURACY_FACTOR = 4.0
+ACCURACY_FLOOR_ULPS = 2.0
+#: Sparse check: elements worse than SPARSE_FACTOR × their reference error + SPARSE_OFFSET × (mean + u)
+#: may be at most SPARSE_FRACTION of all.
+SPARSE_FACTOR = 4.0
+SPARSE_OFFSET = 32.0
+SPARSE_FRACTION = 1e-3
+#: The ground truth must differ from the reference by at least this many u on average to be informative.
+INFORMATIVE_ULPS = 0.125
+#: τ = row RMS / ROW_SCALE_DIVISOR; rows shorter than MIN_ROW use the whole output's RMS.
+ROW_SCALE_DIVISOR = 16.0
+MIN_ROW = 16
+
+
+def unit_roundoff(dtype) -> float:
+    """Half the spacing of floats at 1 in ``dtype`` (2⁻²⁴ for float32, 2⁻⁸ for bfloat16)."""
+    import torch
+
+    return float(torch.finfo(dtype).eps) / 2.0
+
+
+def normalized_errors(x, g):
+    """``|x − g| / (|g| + τ)`` per element as float64 (0 where ``g`` is not finite), flattened."""
+    import torch
+
+    g64 = g.detach().to(torch.float64)
+    x64 = x.detach().to(device=g64.device, dtype=torch.float64)
+    if g64.dim() and g64.shape[-1] >= MIN_ROW:
+        g2, x2 = g64.reshape(-1, g64.shape[-1]), x64.reshape(-1, g64.shape[-1])
+    else:
+        g2, x2 = g64.reshape(1, -1), x64.reshape(1, -1)
+    finite = torch.isfinite(g2)
+    gz = torch.where(finite, g2, torch.zeros((), dtype=torch.float64, device=g2.device))
+    sq = gz * gz
+    rms_row = sq.mean(dim=-1, keepdim=True).sqrt()
+    rms_all = float(sq.mean().sqrt()) if sq.numel() else 0.0
+    tau = torch.clamp(rms_row / ROW_SCALE_DIVISOR, min=max(rms_all * 2.0 ** -30, 1e-300))
+    e = (x2 - gz).abs() / (gz.abs() + tau)
+    e = torch.where(finite, e, torch.zeros((), dtype=torch.float64, device=e.device))
+    return e.reshape(-1)
+
+
+@dataclass
+class Accuracy:
+    """How a candidate output's error against the ground truth compares with the reference's.
+
+    Attributes:
+        ok: passes (or the check was skipped).
+        candidate_error / reference_error: mean normalized errors (None when skipped).
+        sparse_fraction: fraction of elements far worse than the reference's own error there.
+        skipped: why no verdict was given ('' when checked).
+        reason: one line when not ok.
+    """
+
+    ok: bool
+    candidate_error: float | None = None
+    reference_error: float | None = None
+    sparse_fraction: float | None = None
+    skipped: str = ""
+    reason: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.candidate_error is None or not self.reference_error:
+            return None
+        return self.candidate_error / self.reference_error
+
+
+def check_accuracy(out, ref, truth, name: str = "output") -> Accuracy:
+    """Compare a candidate output ``out`` and the reference ``ref`` against the ground truth ``truth``."""
+    import torch
+
+    ref = torch.as_tensor(ref)
+    if not (out.dtype.is_floating_point and ref.dtype.is_floating_point):
+        return Accuracy(True, skipped="not a floating output")
+    if truth is None:
+        return Accuracy(True, skipped="no ground truth")
+    truth = torch.as_tensor(truth)
+    if out.numel() == 0:
+        return Accuracy(True, skipped="empty")
+    if tuple(truth.shape) != tuple(out.shape):
+        return Accuracy(True, skipped=f"ground truth has shape {tuple(truth.shape)}")
+    u = unit_roundoff(out.dtype)
+    e_ref = normalized_errors(ref.to(out.device), truth)
+    e_cand = normalized_errors(out, truth)
+    mean_ref = float(e_ref.mean())
+    mean_cand = float(e_cand.mean())
+    if not math.isfinite(mean_cand):
+        return Accuracy(False, mean_cand, mean_ref, None, reason=f"{name}: non-finite error against the ground truth")
+    if not math.isfinite(mean_ref) or mean_ref < INFORMATIVE_ULPS * u:
+        return Accuracy(True, mean_cand, mean_ref, None,
+                        skipped="the ground truth is no more precise than the reference")
+    bound = ACCURACY_FACTOR * mean_ref + ACCURACY_FLOOR_ULPS * u
+    far = e_cand > SPARSE_FACTOR * e_ref + SPARSE_OFFSET * (mean_ref + u)
+    sparse = float(far.double().mean())
+    if mean_cand > bound:
+        return Accuracy(False, mean_cand, mean_ref, sparse, reason=(
+            f"{name}: mean error {mean_cand:.3g} against the float64 ground truth is {mean_cand / mean_ref:.3g}× "
+            f"the reference's own ({mean_ref:.3g}); at most {ACCURACY_FACTOR:g}× + {ACCURACY_FLOOR_ULPS:g} ulp "
+            "is allowed (a lower precision, skipped work or an approximation)"))
+    if sparse > SPARSE_FRACTION:
+        return Accuracy(False, mean_cand, mean_ref, sparse, reason=(
+            f"{name}: {sparse:.3%} of elements are far less accurate than the reference's own error there "
+            f"(at most {SPARSE_FRACTION:.1%} allowed): zeros, stale or skipped values within the tolerance"))
+    return Accuracy(True, mean_cand, mean_ref, sparse)
+
+
+def ground_truth(problem, module, inputs: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The reference's outputs on ``inputs`` upcast to float64 (float32 if that fails).
+
+    Returns:
+        ``(outputs by name or None, dtype used or the reason there is none)``.
+    """
+    import torch
+
+    floats = [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.dtype.is_floating_point]
+    if not floats:
+        return None, "no floating inputs"
+    notes = []
+    for dt in (torch.float64, torch.float32):
+        if dt is torch.float32 and all(v.dtype in (torch.float32, torch.float64) for v in floats):
+            break  # nothing more precise than the inputs themselves
+        up = {k: (v.to(dt) if isinstance(v, torch.Tensor) and v.dtype.is_floating_point else v)
+              for k, v in inputs.items()}
+        try:
+            out = problem.run_reference(up, module=module)
+            return {k: torch.as_tensor(v) for k, v in out.items()}, str(dt).replace("torch.", "")
+        except Exception as e:  # the reference may not support the dtype: try the next, else skip
+            notes.append(f"{str(dt).replace('torch.', '')}: {type(e).__name__}: {str(e)[:120]}")
+    return None, "reference fails in higher precision (" + "; ".join(notes) + ")"
+
+
+__all__ = ["Accuracy", "check_accuracy", "ground_truth", "normalized_errors", "unit_roundoff",
+           "ACCURACY_FACTOR", "ACCURACY_FLOOR_ULPS", "SPARSE_FACTOR", "SPARSE_OFFSET", "SPARSE_FRACTION"]

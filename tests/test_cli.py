@@ -1,0 +1,119 @@
+"""The ``ucutlass`` command line on a CPU machine: what works without a GPU, and how errors look."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ucutlass.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC = REPO / "problems" / "o_proj_residual_llama3_1_8b" / "kernel.ucut"
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_check_reports_legal_combinations(capsys):
+    rc, out, _ = run(capsys, "check", str(SPEC), "--problem", "o_proj_residual_llama3_1_8b")
+    assert rc == 0
+    assert "38 of 160 combinations" in out
+
+
+def test_check_json_for_a_broken_program(capsys, tmp_path):
+    bad = tmp_path / "bad.ucut"
+    bad.write_text("kernel k : gemm {\n  a : bf16[M, K] row  b : bf16[N, K] row  d : bf16[M, N] row\n"
+                   "  tile = 64x128x64  schedule = cooperative\n}\n")
+    rc, out, _ = run(capsys, "check", str(bad), "--json")
+    assert rc == 1
+    doc = json.loads(out)
+    assert not doc["ok"]
+    (diag,) = [d for d in doc["diagnostics"] if d["severity"] == "error"]
+    assert diag["code"] == "sm90.cooperative-tile-m" and diag["line"] == 3 and "128" in diag["valid"]
+
+
+def test_syntax_error_has_line_column_and_caret(capsys, tmp_path):
+    bad = tmp_path / "typo.ucut"
+    bad.write_text("kernel k : gemm {\n  a : bf16[M, K] rowmajor\n}\n")
+    rc, out, err = run(capsys, "check", str(bad))
+    assert rc == 1
+    assert f"{bad}:2:" in err and "^" in err
+
+
+def test_binding_errors_name_the_valid_problem_tensors(capsys, tmp_path):
+    spec = tmp_path / "wrong.ucut"
+    spec.write_text(SPEC.read_text().replace("<- residual", "<- resid"))
+    rc, out, _ = run(capsys, "check", str(spec), "--problem", "o_proj_residual_llama3_1_8b")
+    assert rc == 1
+    assert "no input 'resid'" in out and "residual" in out
+
+
+def test_compile_emit_only_writes_cuda_for_picked_choices(capsys, tmp_path):
+    rc, out, _ = run(capsys, "compile", str(SPEC), "--emit-only", "-o", str(tmp_path),
+                     "--pick", "tile=128x256x64", "--pick", "cluster=2x1x1", "--pick", "schedule=cooperative",
+                     "--pick", "scheduler=persistent", "--pick", "split_k=1")
+    assert rc == 0
+    (cu,) = tmp_path.glob("*.cu")
+    text = cu.read_text()
+    assert "Shape<_128, _256, _64>" in text and "Sm90SrcFetch" in text
+
+
+def test_compile_with_open_choices_says_how_to_resolve(capsys):
+    rc, _, err = run(capsys, "compile", str(SPEC), "--emit-only")
+    assert rc == 1
+    assert "open choices" in err and "--pick" in err and "--all" in err
+
+
+def test_tune_without_gpu_says_so_and_what_works(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    rc, _, err = run(capsys, "tune", "o_proj_residual_llama3_1_8b")
+    assert rc == 2
+    assert "needs a CUDA GPU" in err
+    for works in ("ucutlass check", "ucutlass compile", "ucutlass sol", "--dry-run"):
+        assert works in err
+
+
+def test_tune_dry_run_shows_space_and_sol(capsys):
+    rc, out, _ = run(capsys, "tune", "o_proj_residual_llama3_1_8b", "--dry-run")
+    assert rc == 0
+    assert "legal under the SM90 rules: 38" in out and "T_SOL" in out
+
+
+def test_tune_problem_without_spec(capsys, sol_execbench_dir):
+    rc, _, err = run(capsys, "tune", "FlashInfer-Bench_007_gemm_n4096_k4096", "--problems", str(sol_execbench_dir))
+    assert rc == 1 and "--spec" in err
+
+
+def test_unknown_problem_suggests_close_ids(capsys):
+    rc, _, err = run(capsys, "sol", "o_proj_residual_llama3_8b")
+    assert rc == 1 and "did you mean" in err and "o_proj_residual_llama3_1_8b" in err
+
+
+def test_sol_json_and_problems_listing(capsys):
+    rc, out, _ = run(capsys, "sol", "qkv_proj_bias_qwen2_5_7b", "--json", "--gpu", "h200")
+    assert rc == 0
+    doc = json.loads(out)
+    text = json.dumps(doc)
+    assert "t_sol_ms" in text and "datasheet" in text
+    rc, out, _ = run(capsys, "problems")
+    assert rc == 0 and out.count("kernel.ucut") >= 3
+
+
+def test_grade_python_solution_on_cpu(capsys, tmp_path):
+    """The grader also runs on the CPU: a Python solution of a shipped problem graded end to end."""
+    sol = tmp_path / "mine.py"
+    sol.write_text("import torch.nn.functional as F\n\n"
+                   "def run(attn_output, o_proj_weight, residual):\n"
+                   "    return F.linear(attn_output, o_proj_weight) + residual\n")
+    rc, out, _ = run(capsys, "grade", str(sol), "o_proj_residual_llama3_1_8b", "--workloads", "1", "--json",
+                     "--gpu", "h200")
+    doc = json.loads(out)
+    assert rc == 0, doc
+    assert doc["records"][0]["evaluation"]["status"] == "PASSED"
