@@ -117,3 +117,11 @@ def test_grade_python_solution_on_cpu(capsys, tmp_path):
     doc = json.loads(out)
     assert rc == 0, doc
     assert doc["records"][0]["evaluation"]["status"] == "PASSED"
+
+
+def test_grade_ucut_without_gpu_says_so(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    rc, _, err = run(capsys, "grade", str(SPEC), "o_proj_residual_llama3_1_8b")
+    assert rc == 2 and "CUDA GPU" in err

@@ -238,6 +238,14 @@ def cmd_grade(args) -> int:
     from .sol import analyze, load_hardware
 
     problem = find_problem(args.problem, args.problems)
+    if args.file.endswith(".ucut"):
+        import torch
+
+        if not torch.cuda.is_available():
+            print("a compiled .ucut kernel runs on a CUDA GPU, and torch sees none here; without one, "
+                  "`ucutlass check` and `ucutlass compile` still work, and Python solutions are graded on "
+                  "the CPU", file=sys.stderr)
+            return 2
     solution = _solution_for_file(args.file, problem, args)
     t_sol = None
     try:
