@@ -92,10 +92,11 @@ class _Fail(Exception):
     """A failed workload, raised inside the grading of one workload and turned into its result."""
 
     def __init__(self, status: Status, reason: str, log: str = "", with_correctness: bool = False,
-                 performance: Performance | None = None):
+                 performance: Performance | None = None, discard: bool = False):
         super().__init__(reason)
         self.status, self.reason, self.log = status, reason, log
         self.with_correctness, self.performance = with_correctness, performance
+        self.discard = discard  # the worker, still running, must be replaced (out of step, work left)
 
 
 @dataclasses.dataclass
@@ -544,6 +545,8 @@ class Grader:
             perf = self._timing(worker, solution, wl, nonce, call_ms, tally, checks, stage, logs)
         except _Fail as f:
             logs.append(f.log)
+            if f.discard:
+                self._discard("candidate", replace=True)
             corr = correctness() if f.with_correctness else None
             return self._result(solution, wl, f.status, f.reason, _join(logs), corr, f.performance, checks)
         if perf.t_sol_ms is not None and perf.latency_ms < perf.t_sol_ms:
@@ -659,9 +662,9 @@ class Grader:
         ref_stats = self._reference_stats(wl)
         key = solution.key()
         sets = self._timing_sets(wl, "timing", nonce, keep_private=True)
+        plan = self._plan(wl, "timing", nonce, sets)
         r = worker.request({"op": "bench", "key": key, "sets": [s.payload() for s in sets],
-                            "params": dataclasses.asdict(self.params),
-                            "plan": self._plan(wl, "timing", nonce, sets)},
+                            "params": dataclasses.asdict(self.params), "plan": plan},
                            self._bench_timeout(call_ms))
         if not r.ok:
             raise self._reply_failure(r, "timing")
@@ -669,10 +672,10 @@ class Grader:
         data = r.data
         snaps = {i: [c.clone() for c in s.check] for i, s in enumerate(sets)}  # copied out at once
         self._sync()
-        plan = self._plan(wl, "timing", nonce, sets)
         uses, bad = _replay(data, len(sets), self.params)
         if bad:
-            raise _Fail(Status.TAMPERED, f"timing: the worker's reply is inconsistent with the timing loop: {bad}")
+            raise _Fail(Status.TAMPERED, f"timing: the worker's reply is inconsistent with the timing loop: {bad}",
+                        discard=True)
         checks["l2_persisting_resets"] = int(data.get("l2_persisting_resets", 0) or 0)
         try:
             stats = latency_stats(data.get("times_ms", []))
@@ -711,7 +714,7 @@ class Grader:
                     f"timing: the parent's wall clock measured {wall['per_call_ms']:.4g} ms per call over all "
                     f"streams, the events only {stats.median_ms:.4g} ms ({escaped:.4g} ms escaped; "
                     f"{allowed:.4g} ms allowed): work on another stream, work left after the call returned, "
-                    "or forged times"), with_correctness=True, performance=perf)
+                    "or forged times"), with_correctness=True, performance=perf, discard=True)
         faster = t_sol is not None and stats.median_ms < t_sol
         if not faster:
             perf = dataclasses.replace(perf, sol_score=_sol_score(stats.median_ms, ref_stats.median_ms, t_sol))
@@ -756,8 +759,10 @@ def _replay(data: Mapping[str, Any], n_sets: int, params: BenchParams) -> tuple[
     times = data.get("times_ms")
     warm = data.get("warmup_calls")
     est = data.get("estimate_ms")
-    if not isinstance(times, list) or not isinstance(warm, int) or not isinstance(est, (int, float)):
-        return {}, "missing fields"
+    counts = data.get("counts")
+    if not isinstance(times, list) or not isinstance(warm, int) or not isinstance(est, (int, float)) \
+            or not isinstance(counts, list):
+        return {}, "fields missing"
     n = len(times)
     if warm < 2:
         return {}, f"{warm} warm-up calls"
@@ -766,8 +771,7 @@ def _replay(data: Mapping[str, Any], n_sets: int, params: BenchParams) -> tuple[
         return {}, f"{n} timed calls where the warm-up estimate {est:.4g} ms gives {want}"
     warm_uses = [len(range(k, warm, n_sets)) for k in range(n_sets)]
     final = {k: warm_uses[k] + len(range(k, n, n_sets)) - 1 for k in range(n_sets)}
-    counts = data.get("counts")
-    if counts is not None and list(counts) != [final[k] + 1 for k in range(n_sets)]:
+    if list(counts) != [final[k] + 1 for k in range(n_sets)]:
         return {}, f"set preparations {counts} where the loop makes {[final[k] + 1 for k in range(n_sets)]}"
     snaps: dict[int, int] = {}
     calls: dict[int, int] = {}

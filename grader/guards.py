@@ -56,7 +56,7 @@ WATCHED: tuple[tuple[str, str], ...] = (
 
 #: The grader's modules whose functions and classes must stay as imported.
 GRADER_MODULES = ("ucutlass.grader.timing", "ucutlass.grader.worker", "ucutlass.grader.guards",
-                  "ucutlass.grader.check", "ucutlass.grader.inputs")
+                  "ucutlass.grader.check", "ucutlass.grader.inputs", "ucutlass.grader.solutions")
 
 
 def _resolve(path: str):

@@ -7,6 +7,12 @@ fixed number of timed calls chosen from the warm-up estimate (≈ ``rep_ms`` of 
 ``min_reps``), rotating among a few input sets so a tiny problem is not timed from cache. The median is
 the latency; p20/p80 are its spread. One random timed call per set has its outputs copied out and checked.
 
+Why a GPU-side spin before each start mark: with a flush of ~35 µs and a host path of similar length
+(prepare, flush launch, Python call), the GPU can drain its queue and wait for the host's launch inside
+the timed region, so a 10 µs kernel measured 20–60 µs of host time, differently on every run. A short
+``torch.cuda._sleep`` after the flush keeps the GPU busy while the host enqueues the start mark and the
+call, so the events measure the call's GPU time. It costs ~50 µs per timed call, outside the region.
+
 Why events and no synchronisation inside the timed region: a host-side ``synchronize`` before the end
 mark adds the host's wake-up latency (~10 µs) to every call and would distort the 5–20 µs decode GEMMs
 the tuner cares about. Events see only work ordered on the current stream, so work a candidate hides on
@@ -37,6 +43,9 @@ CPU_FLUSH_BYTES = 8 << 20
 #: On CUDA the flush buffer is this many times the L2 size (at least 64 MiB).
 L2_FLUSH_FACTOR = 2
 MIN_CUDA_FLUSH_BYTES = 64 << 20
+#: GPU clock cycles of the spin before each timed call (~50 µs at the H200's 1.98 GHz boost clock; longer
+#: at lower clocks): more than one host iteration of the timed loop.
+SPIN_CYCLES = 100_000
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,7 @@ class Primitives:
             self._elapsed = event_base.elapsed_time
             self._current_stream = torch.cuda.current_stream
             self._sync = torch._C._cuda_synchronize
+            self.spin = torch.cuda._sleep  # busy-waits the GPU for a number of cycles (a tiny kernel)
             self._set_device = torch._C._cuda_setDevice
             self._index = self.device.index if self.device.index is not None else torch.cuda.current_device()
 
@@ -178,6 +188,7 @@ def bench(call: Callable[[int], None], n_sets: int, device, flush, params: Bench
             if before is not None:
                 before(k)
             zero_(flush)
+            p.spin(SPIN_CYCLES)  # the host runs ahead while the GPU spins: no host time in the region
             stream = p.stream()
             p.record(starts[j], stream)
             call(k)
@@ -259,5 +270,6 @@ def latency_stats(times_ms: Sequence[float]) -> LatencyStats:
     return LatencyStats(quantile(xs, 0.5), quantile(xs, 0.2), quantile(xs, 0.8), len(xs))
 
 
-__all__ = ["BenchParams", "Primitives", "bench", "wall", "flush_buffer", "reps_for", "quantile", "latency_stats", "LatencyStats",
+__all__ = ["BenchParams", "Primitives", "bench", "wall", "flush_buffer", "reps_for", "quantile", "latency_stats",
+           "LatencyStats",
            "WARMUP_MS", "REP_MS", "MIN_REPS", "MAX_REPS"]

@@ -80,7 +80,8 @@ def _type_name(v: Any) -> str:
     return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
-def write_returned(result: Any, outputs: list, names: list[str], inputs: list | tuple = ()) -> None:
+def write_returned(result: Any, outputs: list, names: list[str], inputs: list | tuple = (),
+                   input_names: list[str] | None = None) -> None:
     """Copy a return-style result into the parent's output buffers, after checking every value.
 
     Each value must be exactly a ``torch.Tensor`` (a 0-d output may also be a Python number) on the
@@ -124,7 +125,8 @@ def write_returned(result: Any, outputs: list, names: list[str], inputs: list | 
             raise _Failure(INCORRECT_DTYPE, f"output {name!r} has dtype {v.dtype}, expected {buf.dtype}")
         if not v.is_contiguous():
             raise _Failure(INCORRECT_SHAPE, f"output {name!r} is not contiguous (strides {tuple(v.stride())})")
-    alias = aliasing(list(zip(names, values)), [(f"#{i}", x) for i, x in enumerate(inputs)])
+    in_names = list(input_names) if input_names is not None else [f"input {i}" for i in range(len(inputs))]
+    alias = aliasing(list(zip(names, values)), list(zip(in_names, inputs)))
     if alias:
         raise _Failure(OUTPUT_ALIASED, alias)
     for v, buf in zip(values, outputs):
@@ -175,6 +177,7 @@ class _State:
         self.flush = flush
         self.prims = prims
         self.names = list(problem.outputs)
+        self.input_names = list(problem.inputs)
         self.solutions: OrderedDict[str, _Solution] = OrderedDict()
         self.timing: dict | None = None
         self._loading: frozenset[str] | None = None
@@ -263,7 +266,7 @@ class _State:
         else:
             result = sol.fn(*inputs)
             self.prims.sync()
-            write_returned(result, outputs, self.names, inputs)
+            write_returned(result, outputs, self.names, inputs, self.input_names)
             self.prims.sync()
         return {"ok": True, "wall_ms": (time.perf_counter() - t0) * 1e3}
 
@@ -308,7 +311,7 @@ class _State:
                 for c, o in zip(s["check"], s["outputs"]):
                     prims.copy_(c, o)
             else:
-                write_returned(last[0], s["check"], self.names, s["work"])
+                write_returned(last[0], s["check"], self.names, s["work"], self.input_names)
             prims.sync()
 
         return before, call, after, counts
@@ -549,12 +552,17 @@ class Worker:
                     return Reply(False, CRASHED, self._death(), log=self._log_since(offset), dead=True)
                 try:
                     data = json.loads(raw)
-                    if not isinstance(data, dict) or data.get("id") != seq:
-                        raise ValueError("not the reply to this request")
                 except ValueError:
+                    data = None
+                if not isinstance(data, dict):
                     self.kill()
                     return Reply(False, CRASHED, "worker sent a malformed reply", log=self._log_since(offset),
                                  dead=True)
+                if data.get("id") != seq:  # the worker's own loop answers each request once, in order
+                    self.kill()
+                    return Reply(False, TAMPERED, f"a reply out of step with the requests (id {data.get('id')!r}, "
+                                 f"expected {seq}): a forged or duplicated reply on the worker's pipe",
+                                 log=self._log_since(offset), dead=True)
                 log = self._log_since(offset)
                 if data.get("ok") is True:
                     return Reply(True, data=data, log=log)

@@ -7,13 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from shared_data import SHARED_SOL_EXECBENCH  # tests/ is on sys.path for its own modules
 
 REPO = Path(__file__).resolve().parents[1]
-# Real SOL-ExecBench problems live beside the checkout (../shared, read-only); a clone elsewhere can point
-# at them with UCUTLASS_SOL_EXECBENCH.
-_CANDIDATES = [os.environ.get("UCUTLASS_SOL_EXECBENCH"), REPO.parent / "shared" / "sol-execbench",
-               Path("/work/shared/sol-execbench")]
-SHARED_SOL_EXECBENCH = next((Path(p) for p in _CANDIDATES if p and Path(p).is_dir()), Path(str(_CANDIDATES[1])))
 
 
 def _cuda_available() -> bool:

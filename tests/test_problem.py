@@ -25,7 +25,7 @@ from ucutlass.problem import (DEFAULT_ATOL, DEFAULT_MATCHED_RATIO, DEFAULT_RTOL,
 SHIPPED = ["qkv_proj_bias_qwen2_5_7b", "o_proj_residual_llama3_1_8b", "ffn_up_gelu_tanh_gpt2_xl"]
 
 # Same location as the sol_execbench_dir fixture (tests/conftest.py); only used to name the parameters.
-from conftest import SHARED_SOL_EXECBENCH as _SOL_DIR  # noqa: E402
+from shared_data import SHARED_SOL_EXECBENCH as _SOL_DIR  # noqa: E402
 SOL_NAMES = sorted(p.name for p in _SOL_DIR.iterdir() if (p / "definition.json").is_file()) \
     if _SOL_DIR.is_dir() else []
 

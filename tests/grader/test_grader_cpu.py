@@ -7,6 +7,7 @@ import math
 
 import pytest
 from grader_helpers import FAST, solution
+from grader_helpers import gemm_problem, grader, rowstats_problem  # noqa: F401  (fixtures)
 
 from ucutlass.grader import Grader, Status, summarize
 
@@ -225,3 +226,35 @@ def test_fresh_worker_gives_each_solution_a_new_process(gemm_problem):
             assert r.status is Status.PASSED
             pids.append(g.worker_info()["pid"])
     assert pids[0] == pids[1] != pids[2]
+
+
+# --- the unlisted-shape trial --------------------------------------------------------------------------
+
+def test_unlisted_shape_is_skipped_where_the_problem_cannot_make_it(tmp_path):
+    """A problem whose inputs exist only for even M: the unlisted M=5 is skipped, not held against the
+    candidate; with the trial off, nothing is recorded."""
+    import shutil
+
+    from grader_helpers import DATA
+
+    from ucutlass.problem import load_problem
+
+    folder = tmp_path / "even_gemm"
+    shutil.copytree(DATA / "gemm_bias", folder)
+    d = json.loads((folder / "definition.json").read_text())
+    d["custom_inputs_entrypoint"] = "get_inputs"
+    d["reference"] += ("\n\ndef get_inputs(axes, device):\n    assert axes['M'] % 2 == 0, 'even M only'\n"
+                       "    return {'A': torch.randn(axes['M'], 32, device=device),\n"
+                       "            'B': torch.randn(48, 32, device=device), 'bias': torch.randn(48, device=device)}\n")
+    (folder / "definition.json").write_text(json.dumps(d))
+    (folder / "workload.jsonl").write_text(json.dumps({"uuid": "m4", "axes": {"M": 4}, "inputs": {
+        k: {"type": "custom"} for k in ("A", "B", "bias")}}) + "\n")
+    problem = load_problem(folder)
+    with Grader(problem, device="cpu", **FAST) as g:
+        (r,) = g.grade(solution("gemm_honest"), timed=False)
+        assert r.status is Status.PASSED, r.log
+        unlisted = r.checks["unlisted_shape"]
+        assert unlisted["workload"] == "M=5" and "even M only" in unlisted["skipped"]
+    with Grader(problem, device="cpu", unlisted_shapes=False, **FAST) as g:
+        (r,) = g.grade(solution("gemm_honest"), timed=False)
+        assert r.status is Status.PASSED and "unlisted_shape" not in r.checks

@@ -8,6 +8,7 @@ import importlib.util
 
 import pytest
 from grader_helpers import DATA, solution
+from grader_helpers import gemm_problem  # noqa: F401  (fixtures)
 
 from ucutlass.grader import Grader, Status, summarize
 from ucutlass.problem import load_problem

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from grader_helpers import SOLUTIONS, solution
+from grader_helpers import gemm_problem, rowstats_problem  # noqa: F401  (fixtures)
 
 from ucutlass.grader import (
     Correctness,

@@ -1,0 +1,107 @@
+"""The adversarial suite on the GPU: the CUDA-only cheats (side streams, IPC snooping, persisting L2),
+every CPU cheat again on CUDA, the honest kernels (torch, Triton, a ctypes-loaded CUDA kernel), and the
+timing of an honest GEMM against plain event timing. Run on the GPU machine with
+``pytest -q -m gpu tests/grader tests/adversarial``."""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+
+import pytest
+from adversarial_helpers import HONEST, assert_verdict, kinds, solution
+from adversarial_helpers import gpu_graders  # noqa: F401  (fixture)
+
+from ucutlass.grader import Status
+
+pytestmark = pytest.mark.gpu
+
+
+def _honest_params():
+    out = []
+    for name, files in HONEST.items():
+        for f, _ in files:
+            marks = []
+            if "triton" in f:
+                marks.append(pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton"))
+            if "ctypes_cuda" in f:
+                marks.append(pytest.mark.nvcc)
+            out.append(pytest.param(name, f, marks=marks, id=f))
+    return out
+
+
+@pytest.mark.parametrize("name, file", _honest_params())
+def test_honest_solutions_pass_on_the_gpu(gpu_graders, name, file):
+    g = gpu_graders(name)
+    (r,) = g.grade(solution(file, g.problem), [gpu_graders.workload(name)])
+    assert r.status is Status.PASSED, r.log
+    acc = r.correctness.accuracy
+    assert acc["checked"] >= 1 and acc["ratio"] <= 4.0, acc
+    wall = r.checks["wall"]
+    assert wall["escaped_ms"] <= wall["allowed_ms"], wall
+    assert r.environment["hardware"] and r.environment["libs"]["torch"]
+
+
+def test_guards_are_armed_on_the_gpu(gpu_graders):
+    info = gpu_graders("adv_gemm").worker_info()
+    assert info["thread_guard"] and info["l2_persisting_guard"], info
+    assert info["flush_bytes"] >= 2 * info["l2_bytes"] > 0
+
+
+@pytest.mark.parametrize("kind", kinds("gpu"), ids=lambda k: k.name)
+def test_cheat_is_rejected_or_gains_nothing_on_the_gpu(gpu_graders, kind):
+    g = gpu_graders(kind.problem)
+    baseline = gpu_graders.baseline(kind.problem) if kind.no_gain else None
+    (r,) = g.grade(solution(kind.file, g.problem), [gpu_graders.workload(kind.problem)])
+    assert_verdict(kind, r, kind.gpu, baseline, min_ratio=0.85)
+    if kind.name == "l2_persist":
+        assert r.checks["l2_persisting_resets"] > 0, r.checks  # the window was asked for, and undone
+
+
+def _plain_event_ms(m: int, n: int, k: int, warmup_ms: float = 25.0, rep_ms: float = 100.0) -> float:
+    """triton.testing.do_bench's loop (zero a 256 MB buffer, events around one call), median in ms."""
+    import torch
+
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+
+    def fn():
+        torch.matmul(a, b.T, out=c)
+
+    fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(5):
+        cache.zero_()
+        fn()
+    e.record()
+    torch.cuda.synchronize()
+    est = s.elapsed_time(e) / 5
+    n_warm = max(1, int(warmup_ms / est))
+    n_rep = max(10, int(rep_ms / est))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    for _ in range(n_warm):
+        fn()
+    for i in range(n_rep):
+        cache.zero_()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(st.elapsed_time(en) for st, en in zip(starts, ends))
+
+
+@pytest.mark.parametrize("index, m", [(0, 16), (1, 4096)], ids=["decode_m16", "prefill_m4096"])
+def test_honest_gemm_latency_matches_plain_event_timing(gpu_graders, index, m):
+    """Fresh inputs per call, re-poisoned outputs and the persisting-L2 reset all sit outside the timed
+    region: the grader's median is plain do_bench-style event timing, within 10%."""
+    g = gpu_graders("adv_gemm_bf16")
+    (r,) = g.grade(solution("bf16_honest_dps.py"), [index])
+    assert r.status is Status.PASSED, r.log
+    plain = _plain_event_ms(m, 4096, 4096)
+    assert abs(r.latency_ms - plain) <= 0.10 * plain, (r.latency_ms, plain)
+    assert 0.8 < r.performance.speedup_factor < 1.25, r.performance  # the reference is the same cuBLAS call
