@@ -229,6 +229,10 @@ def wall(call: Callable[[int], None] | None, n_sets: int, n: int, flush,
         if before is not None:
             before(k)
         p.zero_(flush)
+        if p.cuda:
+            # The same spin as in bench(): the call's host path (a Triton or ctypes launch, tens of µs)
+            # overlaps GPU work in both loops, so the difference is what the call cost the GPU, on all streams.
+            p.spin(SPIN_CYCLES)
         if call is not None:
             call(k)
         p.sync()
