@@ -6,7 +6,7 @@ Triton or torch code is graded the same way as a compiled `.ucut` kernel.
 
     >>> from ucutlass.problem import find_problem                              # doctest: +SKIP
     >>> from ucutlass.grader import Grader, solution_from_file, format_table, summarize
-    >>> with Grader(find_problem("gemm_bias")) as g:
+    >>> with Grader(find_problem("qkv_proj_bias_qwen2_5_7b")) as g:
     ...     results = g.grade(solution_from_file("mine.py"))
     >>> print(format_table(results)); print(summarize(results))
 

@@ -201,8 +201,7 @@ def summarize(results: Sequence[WorkloadResult]) -> dict:
         ``{"workloads", "passed", "failed", "all_passed", "statuses": {status: count},
         "geomean_speedup", "mean_sol_score", "flagged"}`` where ``geomean_speedup`` is over PASSED
         workloads (None if none), ``mean_sol_score`` averages the SOL score over every
-        workload, one that did not pass counting 0 (0.0 when none passed; None when a passed workload has
-        no score because no T_SOL was given), and
+        workload, one that did not pass counting 0 (None when no T_SOL was given), and
         ``flagged`` counts FASTER_THAN_SOL results (to re-verify; they score 0 here), ``guarded`` every
         result a guard gave (FASTER_THAN_SOL, INPUT_MODIFIED, OUTPUT_ALIASED, UNTIMED_WORK, THREAD_SPAWNED,
         TAMPERED).
@@ -212,7 +211,11 @@ def summarize(results: Sequence[WorkloadResult]) -> dict:
     speedups = [r.speedup for r in passed if r.speedup and r.speedup > 0]
     geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
     scores = [r.sol_score for r in passed]
-    mean_score = sum(scores) / n if n and all(s is not None for s in scores) else None  # type: ignore[misc]
+    if passed:
+        scored = all(s is not None for s in scores)
+    else:  # nothing passed: 0.0 when a T_SOL was known (e.g. all FASTER_THAN_SOL), else unknown
+        scored = any(r.t_sol_ms is not None for r in results)
+    mean_score = sum(scores) / n if n and scored else None  # type: ignore[arg-type]
     return {
         "workloads": n,
         "passed": len(passed),

@@ -23,13 +23,14 @@ __all__ = ["tune", "plan", "TunePlan", "NoGpuError", "SearchSpace", "Tuner", "Tu
            "representative_workloads"]
 
 NO_GPU_MESSAGE = """\
-ucutlass tune needs a CUDA GPU to measure candidates, and torch sees none here
+error: ucutlass tune needs a CUDA GPU to measure candidates, and torch sees none here
 (torch.cuda.is_available() is False).
 What works without a GPU:
   ucutlass check FILE [--problem ID]   language errors, SM90 rules, binding to the problem
   ucutlass compile FILE                generate CUTLASS C++ and compile it with nvcc (cached)
   ucutlass sol PROBLEM                 T_SOL per workload (FLOPs, bytes, bound)
-  ucutlass tune PROBLEM --dry-run      the search space, legal configurations and tuned workloads"""
+  ucutlass tune PROBLEM --dry-run      the search space, legal configurations and tuned workloads
+  ucutlass grade SOLUTION.py PROBLEM   check a Python solution against the reference (CPU timing)"""
 
 
 class NoGpuError(UcutError):
@@ -58,8 +59,10 @@ class TunePlan:
                  f"search space: {self.space.size} combinations of "
                  + (", ".join(f"{key} ({len(c.options)})" for key, c in self.space.choices.items()) or "nothing"),
                  f"legal under the SM90 rules: {len(self.legal)}"]
+        if self.rejected:
+            lines.append("rejected (counted by the first rule each combination breaks):")
         for msg, n in sorted(self.rejected.items(), key=lambda kv: -kv[1]):
-            lines.append(f"  rejected {n}×: {msg}")
+            lines.append(f"  {n}×: {msg}")
         lines.append(f"tuned on {len(self.tuned)} representative workloads (the best is verified on all):")
         for w in self.tuned:
             ext = self.binding.extents(w)

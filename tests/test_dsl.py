@@ -80,7 +80,7 @@ def test_full_example_lowers_to_the_exact_ir():
         schedule=Choice((Schedule.cooperative, Schedule.pingpong), ("cooperative", "pingpong")),
         stages=None, scheduler=TileScheduler.persistent,
         epilogue_inputs=(
-            EpilogueInput("bias", EpilogueInputKind.col_vector, DType.bf16, ("N",), Layout.row, "fc1_bias"),
+            EpilogueInput("bias", EpilogueInputKind.row_vector, DType.bf16, ("N",), Layout.row, "fc1_bias"),
             EpilogueInput("alpha", EpilogueInputKind.scalar, DType.f32, (), Layout.row, None, 0.5),
         ),
         epilogue=Unary("gelu_tanh", Binary("+", Binary("*", Acc(), Ref("alpha")), Ref("bias"))),
@@ -140,8 +140,8 @@ def test_operand_dims_layouts_and_bindings():
 
 
 @pytest.mark.parametrize("decl, kind, dims, layout", [
-    ("e : bf16[N]", EpilogueInputKind.col_vector, ("N",), Layout.row),
-    ("e : f32[M]", EpilogueInputKind.row_vector, ("M",), Layout.row),
+    ("e : bf16[N]", EpilogueInputKind.row_vector, ("N",), Layout.row),
+    ("e : f32[M]", EpilogueInputKind.col_vector, ("M",), Layout.row),
     ("e : bf16[M, N]", EpilogueInputKind.matrix, ("M", "N"), Layout.row),
     ("e : bf16[M, N] col", EpilogueInputKind.matrix, ("M", "N"), Layout.col),
     ("e : f16[N, M] row", EpilogueInputKind.matrix, ("N", "M"), Layout.row),

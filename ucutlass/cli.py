@@ -75,6 +75,10 @@ def cmd_check(args) -> int:
                 text += [d.format() for d in e.diagnostics]
                 continue
             all_ext = [binding.extents(w) for w in problem.workloads]
+            text.append(f"{args.file}: kernel {kernel.name} binds to {problem.id} "
+                        f"({len(problem.workloads)} workloads; M from {min(e['M'] for e in all_ext)} to "
+                        f"{max(e['M'] for e in all_ext)}, N = {sorted({e['N'] for e in all_ext})}, "
+                        f"K = {sorted({e['K'] for e in all_ext})})")
         else:
             all_ext = [None]
         diags, legal_total, combos = [], 0, 0
@@ -242,17 +246,23 @@ def cmd_grade(args) -> int:
         import torch
 
         if not torch.cuda.is_available():
-            print("a compiled .ucut kernel runs on a CUDA GPU, and torch sees none here; without one, "
+            print("error: a compiled .ucut kernel runs on a CUDA GPU, and torch sees none here; without one, "
                   "`ucutlass check` and `ucutlass compile` still work, and Python solutions are graded on "
                   "the CPU", file=sys.stderr)
             return 2
     solution = _solution_for_file(args.file, problem, args)
+    import torch
+
     t_sol = None
-    try:
-        hw = load_hardware(args.gpu)
-        t_sol = lambda w: analyze(problem, w, hw).t_sol_ms  # noqa: E731
-    except UcutError as e:
-        print(f"note: no T_SOL ({e}); SOL scores are left out", file=sys.stderr)
+    if not torch.cuda.is_available():
+        print("note: grading on the CPU (no CUDA GPU): times are CPU wall-clock, so no T_SOL or SOL score "
+              "is given", file=sys.stderr)
+    else:
+        try:
+            hw = load_hardware(args.gpu)
+            t_sol = lambda w: analyze(problem, w, hw).t_sol_ms  # noqa: E731
+        except UcutError as e:
+            print(f"note: no T_SOL ({e}); SOL scores are left out", file=sys.stderr)
     workloads = None
     if args.workloads:
         workloads = [problem.workloads[i] for i in range(min(args.workloads, len(problem.workloads)))]
@@ -414,6 +424,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UcutError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `ucutlass check --json | head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("interrupted; finished trials are saved in the study storage, run the same command to resume",
               file=sys.stderr)

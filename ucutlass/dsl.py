@@ -78,8 +78,8 @@ _REQUIRED_OPERANDS = ("a", "b", "d")
 
 #: Epilogue input dims and the broadcast kind they lower to (no dims: a scalar).
 EPILOGUE_DIMS: dict[tuple[str, ...], EpilogueInputKind] = {
-    ("N",): EpilogueInputKind.col_vector,
-    ("M",): EpilogueInputKind.row_vector,
+    ("N",): EpilogueInputKind.row_vector,
+    ("M",): EpilogueInputKind.col_vector,
     ("M", "N"): EpilogueInputKind.matrix,
     ("N", "M"): EpilogueInputKind.matrix,
     (): EpilogueInputKind.scalar,

@@ -85,14 +85,14 @@ class RasterOrder(enum.Enum):
 class EpilogueInputKind(enum.Enum):
     """How an extra epilogue input broadcasts over the M×N output tile.
 
-    ``col_vector`` is indexed by n (shape [N]: a bias; CUTLASS Sm90RowBroadcast),
-    ``row_vector`` by m (shape [M]: a per-row scale; Sm90ColBroadcast),
+    Named as CUTLASS names the broadcasts: ``row_vector`` is one row [N] repeated down the tile (a bias;
+    Sm90RowBroadcast), ``col_vector`` one column [M] repeated across it (a per-row scale; Sm90ColBroadcast),
     ``matrix`` is a full M×N tensor (a residual; Sm90AuxLoad),
     ``scalar`` one value (alpha, beta; Sm90ScalarBroadcast).
     """
 
-    col_vector = "col_vector"
     row_vector = "row_vector"
+    col_vector = "col_vector"
     matrix = "matrix"
     scalar = "scalar"
 

@@ -490,7 +490,7 @@ def find_problem(id_or_path: str | os.PathLike, extra: Sequence[str | os.PathLik
 
     ids = [i for i, _ in list_problems(extra)]
     close = difflib.get_close_matches(str(id_or_path), ids, n=5, cutoff=0.3)
-    searched = ", ".join(str(d) for d in problem_dirs(extra))
+    searched = ", ".join(str(d) + ("" if d.is_dir() else " (does not exist)") for d in problem_dirs(extra))
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known ids: {', '.join(ids) or 'none'}"
     raise ProblemError(f"no problem {str(id_or_path)!r} (searched {searched}; add folders with --problems DIR "
                        f"or ${ENV_PROBLEM_DIRS}){hint}")

@@ -212,7 +212,7 @@ class CompiledKernel:
             if inp.kind is EpilogueInputKind.matrix:
                 self._matrix(name, tensors[name], inp.dims, inp.layout, inp.dtype, extents, device)
             else:
-                dim = "N" if inp.kind is EpilogueInputKind.col_vector else "M"
+                dim = "N" if inp.kind is EpilogueInputKind.row_vector else "M"
                 self._vector(name, tensors[name], dim, inp.dtype, extents, device)
         m, n, kk = extents["M"], extents["N"], extents["K"]
         if kk == 0 and m and n:

@@ -225,13 +225,13 @@ def _epilogue_tensor_bytes(kernel: GemmKernel) -> tuple[int, int]:
         collective = max(c_bytes, d_bytes) if reuse else _round_up(c_bytes, align) + d_bytes
     fusion = 0
     for inp in kernel.epilogue_inputs:
-        if inp.kind is EpilogueInputKind.col_vector:  # Sm90RowBroadcast: array_aligned<T, tile N>, 16-aligned
+        if inp.kind is EpilogueInputKind.row_vector:  # Sm90RowBroadcast: array_aligned<T, tile N>, 16-aligned
             fusion += _round_up(kernel.tile[1] * inp.dtype.bytes, 16)
         elif inp.kind is EpilogueInputKind.matrix:  # Sm90AuxLoad: epilogue tile x StagesC, swizzle-aligned
             aux_align = tile_align(inp.dims, inp.layout, inp.dtype)
             fusion = _round_up(fusion, aux_align) + epi_m * epi_n * stages_c * inp.dtype.bytes
             align = max(align, aux_align)
-        # row_vector (Sm90ColBroadcast) and scalar (Sm90ScalarBroadcast) use no shared memory
+        # col_vector (Sm90ColBroadcast) and scalar (Sm90ScalarBroadcast) use no shared memory
     return _round_up(collective + max(fusion, 1), align), align  # an empty fusion storage still takes 1 byte
 
 
@@ -456,7 +456,8 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
                                  f"shared memory ({kernel.stages} x {_kib(stage_bytes(kernel))} mainloop + "
                                  f"epilogue); an sm90 block has at most {_kib(SMEM_CAPACITY_BYTES)}: {fit}",
                                  _pos(kernel, "stages"),
-                                 ("auto",) + tuple(str(s) for s in range(MIN_STAGES, most + 1))))
+                                 ("auto",) + tuple(str(s) for s in range(MIN_STAGES, most + 1))
+                                 if most >= MIN_STAGES else ()))
 
     # 16-byte alignment of the contiguous dim, for the extents we know
     if extents:
