@@ -1,8 +1,10 @@
 """ucutlass.search: the Optuna tuner behind ``ucutlass tune PROBLEM``.
 
 Modules: :mod:`.space` (choices → Optuna distributions, arch-rule pruning), :mod:`.budget` (SOL-driven
-trial budget and stop rules), :mod:`.tuner` (the ask-and-tell loop), :mod:`.measure` (nvcc builder and
-grader measurer), :mod:`.report` (best.ucut, table, JSON, plot). :func:`tune` wires them together.
+trial budget and stop rules), :mod:`.tuner` (the ask-and-tell loop), :mod:`.storage` (Optuna storages,
+failing the trials of dead workers), :mod:`.distributed` (worker processes on several GPUs),
+:mod:`.measure` (nvcc builder and grader measurer), :mod:`.report` (best.ucut, table, JSON, plot).
+:func:`tune` wires them together.
 """
 
 from __future__ import annotations
@@ -13,20 +15,21 @@ from pathlib import Path
 from typing import Callable
 
 from ucutlass.errors import UcutError
+from ucutlass.ir import Choice
 
 from .budget import StopRule, geomean, headroom, trial_budget
 from .space import SearchSpace
-from .tuner import Candidate, Outcome, Tuner, TuneConfig, TuneResult, representative_workloads
+from .tuner import Candidate, Outcome, Setup, Tuner, TuneConfig, TuneResult, representative_workloads
 
 __all__ = ["tune", "plan", "TunePlan", "NoGpuError", "SearchSpace", "Tuner", "TuneConfig", "TuneResult",
-           "Candidate", "Outcome", "StopRule", "trial_budget", "headroom", "geomean",
+           "Setup", "Candidate", "Outcome", "StopRule", "trial_budget", "headroom", "geomean",
            "representative_workloads"]
 
 NO_GPU_MESSAGE = """\
 error: ucutlass tune needs a CUDA GPU to measure candidates, and torch sees none here
 (torch.cuda.is_available() is False).
 What works without a GPU:
-  ucutlass check FILE [--problem ID]   language errors, SM90 rules, binding to the problem
+  ucutlass check FILE [--problem ID]   language errors, arch rules (sm90, sm100), binding to the problem
   ucutlass compile FILE                generate CUTLASS C++ and compile it with nvcc (cached)
   ucutlass sol PROBLEM                 T_SOL per workload (FLOPs, bytes, bound)
   ucutlass tune PROBLEM --dry-run      the search space, legal configurations and tuned workloads
@@ -58,7 +61,8 @@ class TunePlan:
         lines = [f"problem {self.problem.id}: {len(self.problem.workloads)} workloads; kernel {k.name}",
                  f"search space: {self.space.size} combinations of "
                  + (", ".join(f"{key} ({len(c.options)})" for key, c in self.space.choices.items()) or "nothing"),
-                 f"legal under the SM90 rules: {len(self.legal)}"]
+                 f"legal under the {k.target.value if not isinstance(k.target, Choice) else 'target'} rules: "
+                 f"{len(self.legal)}"]
         if self.rejected:
             lines.append("rejected (counted by the first rule each combination breaks):")
         for msg, n in sorted(self.rejected.items(), key=lambda kv: -kv[1]):
@@ -108,16 +112,25 @@ def _progress_printer(total_hint: int | None):
 
     state: dict = {"bar": None}
 
+    def write(text: str) -> None:
+        if state["bar"] is not None:
+            state["bar"].write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr)
+
     def on_event(ev: dict) -> None:
         bar = state["bar"]
         kind = ev["event"]
         if kind == "reference":
             print(f"timing the reference on {ev['workload']}", file=sys.stderr)
         elif kind == "start":
+            workers = ev.get("workers", 1)
             print(f"budget {ev['budget']} trials (headroom torch/T_SOL = {ev['headroom']:.2f}×), "
                   f"{ev['legal']} legal of {ev['space']} configs, sampler {ev['sampler']}"
+                  + (f", {workers} workers" if workers > 1 else "")
                   + (f", resuming after {ev['resumed']} finished trials" if ev["resumed"] else ""), file=sys.stderr)
-            state["bar"] = tqdm(total=ev["budget"], unit="trial", file=sys.stderr, dynamic_ncols=True)
+            state["bar"] = tqdm(total=ev["budget"], initial=min(ev["resumed"], ev["budget"]), unit="trial",
+                                file=sys.stderr, dynamic_ncols=True)
         elif kind == "pruned":
             state["pruned"] = state.get("pruned", 0) + 1
         elif kind == "trial" and bar is not None:
@@ -127,6 +140,20 @@ def _progress_printer(total_hint: int | None):
                                     f"{state.get('pruned', 0)} illegal proposals pruned")
             else:
                 bar.write(f"trial {ev['number']} {ev['state']}: {ev.get('reason', '')[:160]}")
+        elif kind == "worker-start":
+            write(f"worker {ev['index']} started (pid {ev['pid']}"
+                  + (f", GPU {ev['gpu']}" if ev["gpu"] is not None else "")
+                  + (f", log {ev['log']}" if ev["log"] else "") + ")")
+        elif kind == "worker-exit":
+            if ev["code"]:
+                write(f"worker {ev['index']} (pid {ev['pid']}) exited with code {ev['code']}"
+                      + (f"; its trials {', '.join(map(str, ev['failed']))} failed and were queued again"
+                         if ev["failed"] else "") + (f"\n{ev['tail']}" if ev["tail"] else ""))
+        elif kind == "interrupted":
+            write(f"trial {ev['number']} interrupted: worker {ev.get('worker')} stopped; its configuration "
+                  "was queued again")
+        elif kind == "lost":
+            write(f"trial {ev['number']} was failed by another process meanwhile: {ev['reason'][:160]}")
         elif kind == "verify":
             if bar is not None:
                 bar.close()
@@ -141,13 +168,17 @@ def _progress_printer(total_hint: int | None):
 def tune(problem, program, *, kernel: str | None = None, source_file: str = "<spec>",
          out_dir: Path, storage: str | None = None, study_name: str | None = None,
          config: TuneConfig = TuneConfig(), jobs: int | None = None, hardware: str = "local",
-         progress: bool = True) -> tuple[TuneResult, dict]:
+         workers: int | None = None, progress: bool = True) -> tuple[TuneResult, dict]:
     """Tune ``program`` on ``problem``; write the results into ``out_dir``.
 
     Args:
-        storage: Optuna storage URL; default ``sqlite:///<out_dir>/study.db`` (resumable).
+        storage: Optuna storage URL (:mod:`search.storage`); default ``<out_dir>/study.db`` (SQLite) with
+            one worker, ``<out_dir>/study.log`` (Optuna's journal file) with several; resumable.
         hardware: spec for T_SOL (``local`` = calibrated or datasheet of this GPU, or a name from
             ``ucutlass sol --list-gpus``).
+        workers: worker processes, each pinned to one GPU, round-robin (:mod:`search.distributed`);
+            default one per visible GPU. With one, the study runs in this process.
+        jobs: parallel nvcc processes in all (default: one per core), shared among the workers.
 
     Returns:
         ``(TuneResult, {name: path of each file written})``.
@@ -161,12 +192,18 @@ def tune(problem, program, *, kernel: str | None = None, source_file: str = "<sp
     from ucutlass.grader import Grader
     from ucutlass.sol import analyze, load_hardware
 
+    from .distributed import GpuWorker, run_workers, visible_gpus
     from .measure import GraderMeasurer, NvccBuilder
     from .report import write_outputs
+    from .storage import default_url, normalize_url
 
     p = plan(problem, program, kernel=kernel, source_file=source_file, max_workloads=config.max_workloads)
     if not torch.cuda.is_available():
         raise NoGpuError()
+    gpus = visible_gpus()
+    workers = max(1, len(gpus)) if workers is None else workers
+    if workers < 1:
+        raise UcutError(f"--workers must be at least 1, got {workers}")
     hw = load_hardware(hardware)
     sol_cache: dict[str, float] = {}
 
@@ -176,14 +213,27 @@ def tune(problem, program, *, kernel: str | None = None, source_file: str = "<sp
         return sol_cache[w.uuid]
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    storage = storage or f"sqlite:///{(out_dir / 'study.db').resolve()}"
+    storage = normalize_url(storage) if storage else default_url(out_dir, workers)
     on_event = _progress_printer(None) if progress else None
     with Grader(problem, t_sol_ms=t_sol_ms) as grader:
         tuner = Tuner(problem, p.binding, p.space, build=NvccBuilder(source_file, jobs=jobs),
                       measure=GraderMeasurer(grader, source_file), t_sol_ms=t_sol_ms, config=config,
-                      storage=storage, study_name=study_name, progress=on_event)
-        result = tuner.run()
-        env = grader.environment()
+                      storage=storage, study_name=study_name, progress=on_event, workers=workers)
+        if workers == 1:
+            result = tuner.run()
+            env = grader.environment()
+        else:
+            tuner.prepare()
+    if workers > 1:
+        # The coordinator's grader timed the reference; it is closed while the workers hold the GPUs,
+        # and a fresh one verifies the best once they have stopped.
+        worker = GpuWorker(problem, p.program.source, source_file, kernel, config, storage, tuner.study_name,
+                           jobs, hardware)
+        reason = run_workers(tuner, worker, workers, gpus=gpus, log_dir=out_dir / "workers")
+        with Grader(problem, t_sol_ms=t_sol_ms) as grader:
+            tuner.measure = GraderMeasurer(grader, source_file)
+            result = tuner.finish(reason)
+            env = grader.environment()
     extra = {"problem": problem.id, "hardware": {"name": hw.name, "method": hw.method},
-             "storage": storage, "environment": env}
+             "storage": storage, "workers": workers, "environment": env}
     return result, write_outputs(result, out_dir, extra)

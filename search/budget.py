@@ -88,6 +88,15 @@ class StopRule:
                 self.best = min(self.best, value)
             self.since_gain += 1
 
+    def record_earlier(self, value: float | None, config_key=None) -> None:
+        """Record a trial finished before this run started (a resumed study): it counts for the budget,
+        the legal configurations tried and the best, not for patience."""
+        self.finished += 1
+        if config_key is not None:
+            self.tried.add(config_key)
+        if value is not None:
+            self.best = min(self.best, value)
+
     def should_stop(self) -> bool:
         """True when a stop rule fires; :attr:`reason` says which."""
         if self.best <= 1.0 + self.epsilon:

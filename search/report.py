@@ -2,10 +2,12 @@
 
 Files in the output folder:
 - ``best.ucut``: the program with every ``{…}`` replaced by the winning value (comments kept);
-- ``results.json``: study, stop reason, budget, headroom, the best config and one record per workload
-  (time, reference time, T_SOL, SOL score, speedup), and every trial;
+- ``results.json``: study, stop reason, budget, headroom, seconds (in all, and searching), measured trials,
+  the best config and one record per workload (time, reference time, T_SOL, SOL score, speedup), and every
+  trial (of every worker);
 - ``table.txt``: the per-workload table as printed;
-- ``trials.csv``: one row per trial (number, state, objective, params, reason);
+- ``trials.csv``: one row per trial (number, state, objective, params, reason, the worker that ran it,
+  and the trial it retries when its first worker died);
 - ``trials.png``: objective (T_kernel / T_SOL) per trial against the SOL line, when matplotlib is
   installed (``pip install matplotlib``); otherwise the CSV is the plot's data.
 """
@@ -96,6 +98,9 @@ def write_outputs(result: TuneResult, out_dir: Path, extra: dict | None = None) 
         "study": result.study_name, "stop_reason": result.stop_reason, "budget": result.budget,
         "legal_configs": result.legal_size, "space_size": result.space_size,
         "headroom_reference_over_sol": result.headroom, "seconds": round(result.seconds, 1),
+        "search_seconds": None if result.search_seconds is None else round(result.search_seconds, 1),
+        "measured_trials": sum(1 for t in result.trials if t["state"] in ("COMPLETE", "FAIL")
+                               and not t.get("duplicate") and t.get("status") != "INTERRUPTED"),
         "best": None if result.best is None else {
             "trial": result.best.number, "params": result.best.params,
             "config": result.best.kernel.config_name(), "objective_t_over_sol": result.best_value,
@@ -111,10 +116,12 @@ def write_outputs(result: TuneResult, out_dir: Path, extra: dict | None = None) 
     paths["csv"] = out_dir / "trials.csv"
     with open(paths["csv"], "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["number", "state", "objective_t_over_sol", "status", "config", "reason", "params"])
+        w.writerow(["number", "state", "objective_t_over_sol", "status", "config", "reason", "params", "worker",
+                    "retry_of"])
         for t in result.trials:
             w.writerow([t["number"], t["state"], t.get("value"), t.get("status", ""), t.get("config", ""),
-                        t.get("reason", ""), json.dumps(t.get("params", {}), sort_keys=True)])
+                        t.get("reason", ""), json.dumps(t.get("params", {}), sort_keys=True), t.get("worker", ""),
+                        t.get("retry_of", "")])
     png = _plot(result, out_dir / "trials.png")
     if png:
         paths["plot"] = png
@@ -130,7 +137,8 @@ def _plot(result: TuneResult, path: Path) -> Path | None:
     except ImportError:
         return None
     done = [t for t in result.trials if t["state"] == "COMPLETE" and t.get("value") and not t.get("duplicate")]
-    failed = [t for t in result.trials if t["state"] == "FAIL" and not t.get("duplicate")]
+    failed = [t for t in result.trials if t["state"] == "FAIL" and not t.get("duplicate")
+              and t.get("status") != "INTERRUPTED"]
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.scatter([t["number"] for t in done], [t["value"] for t in done], s=14, label="measured")
     best, xs, ys = math.inf, [], []

@@ -2,7 +2,7 @@
 
 Choices become Optuna ``CategoricalDistribution``s over their `.ucut` spellings (plain strings, as
 Optuna's distributions expect). Legality is decided before any compile by
-``ucutlass.arch.sm90.check_kernel`` with the extents of every workload the kernel must serve (so the
+``ucutlass.arch.check_kernel`` (the rules of the kernel's target) with the extents of every workload the kernel must serve (so the
 16-byte alignment rule sees the real N and K).
 """
 
@@ -15,7 +15,7 @@ from typing import Iterator, Mapping, Sequence
 
 from optuna.distributions import CategoricalDistribution
 
-from ucutlass.arch import sm90
+from ucutlass import arch
 from ucutlass.errors import Diagnostic
 from ucutlass.ir import Choice, GemmKernel, Program
 
@@ -76,7 +76,7 @@ class SearchSpace:
         kernel = self.concrete(params)
         seen: dict[str, Diagnostic] = {}
         for ext in self.extents or ({},):
-            for d in sm90.check_kernel(kernel, dict(ext) or None):
+            for d in arch.check_kernel(kernel, dict(ext) or None):
                 if d.severity == "error":
                     seen.setdefault(d.message, d)
         return list(seen.values())

@@ -8,21 +8,39 @@ A failed compile, a wrong result or a crash is ``TrialState.FAIL`` with its reas
 attributes; the study goes on. The study lives in Optuna storage (SQLite by default), so an interrupted
 run resumes where it stopped, and compiled kernels come back from the content-addressed cache.
 
+A run has three steps: :meth:`Tuner.prepare` (time the reference, decide budget and sampler, create the
+study, queue the configurations of an exhaustive search, store the decisions in the study's ``setup``
+attribute), :meth:`Tuner.work` (the loop) and :meth:`Tuner.finish` (verify the best on every workload,
+collect the trials). Several workers (processes, GPUs, hosts: :mod:`search.distributed`) each run
+:meth:`~Tuner.work` on the same study; everything the loop decides from is read from the storage each
+round, so the stop rules hold for the study as a whole. Across workers:
+
+- a configuration is measured once: after ``ask()`` a worker stamps the trial (``worker``, ``claimed``)
+  and gives it up as a duplicate when the study already has that configuration measured, or running
+  under an earlier claim (TPE's ``constant_liar`` keeps proposals apart in the first place; the
+  exhaustive search pops Optuna's queue, which hands each queued trial to one worker);
+- a batch is sized to the worker's share of what is left, and a worker with nothing left to ask waits
+  while other workers still measure (a trial of a worker that dies comes back to the queue);
+- the trials of a dead worker are failed and queued again once (:mod:`search.storage`); they carry no
+  ``status`` and count for nothing.
+
 Measuring and building are injected (:class:`Measurer`, ``build``), so the loop can be tested on a CPU
 with fakes (STYLE.md: "Inject a fake timer to test tuner logic deterministically").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import optuna
-from optuna.trial import TrialState
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, TrialState
 
 from ucutlass.bind import Binding
 from ucutlass.build import BuildResult
@@ -31,6 +49,7 @@ from ucutlass.problem import Problem, Workload
 
 from .budget import StopRule, geomean, headroom, trial_budget
 from .space import SearchSpace, params_key
+from .storage import Heartbeat, fail_dead_workers, fail_stale_trials, heartbeat_enabled, open_storage, worker_id
 
 
 @dataclass
@@ -117,6 +136,7 @@ class TuneResult:
     space_size: int
     headroom: float
     seconds: float
+    search_seconds: float | None = None  # from the first trial asked to the last told (no verification)
 
 
 def representative_workloads(binding: Binding, k: int) -> list[Workload]:
@@ -147,41 +167,120 @@ def _make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
     raise ValueError(f"unknown sampler {kind!r} (valid: auto, tpe, random, brute)")
 
 
+@dataclass
+class Setup:
+    """What a run decided before its first trial; kept in the study's ``setup`` user attribute, so every
+    worker of the study reads the same decisions.
+
+    Attributes:
+        budget: measured trials (complete or failed) the study may have, earlier runs included.
+        sampler: ``tpe``, ``random`` or ``brute``.
+        headroom: geomean(T_ref / T_SOL) over the tuned workloads.
+        legal: legal configurations in the space.
+        tuned: uuids of the tuned workloads.
+        finished_at_start: measured trials when the run started (they count for the budget and the best,
+            not for patience).
+    """
+
+    budget: int
+    sampler: str
+    headroom: float
+    legal: int
+    tuned: list[str]
+    finished_at_start: int = 0
+
+
+# --- what a stored trial is -----------------------------------------------------------------------------
+
+def trial_params(t: FrozenTrial) -> dict:
+    """A trial's params; for a queued trial not yet asked, the params it was queued with."""
+    return t.params or t.system_attrs.get("fixed_params", {})
+
+
+def is_duplicate(t: FrozenTrial) -> bool:
+    """Given up because its configuration was measured, queued twice or held by another worker."""
+    return bool(t.user_attrs.get("duplicate"))
+
+
+def is_interrupted(t: FrozenTrial) -> bool:
+    """Failed because its worker stopped (killed, crashed, lost): a FAIL the tuner did not tell itself."""
+    return t.state is TrialState.FAIL and "status" not in t.user_attrs
+
+
+def is_measured(t: FrozenTrial) -> bool:
+    """A configuration built and measured (or failed doing so): what the budget counts."""
+    return t.state in (TrialState.COMPLETE, TrialState.FAIL) and not is_duplicate(t) and not is_interrupted(t)
+
+
+def is_candidate(t: FrozenTrial) -> bool:
+    """A legal configuration some worker is building or measuring now."""
+    return t.state is TrialState.RUNNING and "config" in t.user_attrs and not is_duplicate(t)
+
+
+def _completion_order(t: FrozenTrial) -> tuple[float, int]:
+    return (t.datetime_complete.timestamp() if t.datetime_complete else 0.0, t.number)
+
+
 class Tuner:
-    """Runs one study. See the module docstring for the loop.
+    """Runs one study, alone (:meth:`run`) or as one of several workers (:meth:`work`). See the module
+    docstring for the loop.
 
     Args:
         problem, binding, space: what is tuned.
         build: compiles candidates (parallel), returns one :class:`BuildResult` each, in order.
         measure: grades a candidate on workloads (one at a time on the GPU).
         t_sol_ms: T_SOL of a workload in ms (None when unknown).
-        storage: an Optuna storage URL (``sqlite:///study.db``, a journal file, PostgreSQL …) or None
-            for in-memory.
+        storage: an Optuna storage URL (``sqlite:///study.db``, ``journal:///study.log``,
+            ``postgresql+psycopg://…``: :mod:`search.storage`), a storage object, or None for in-memory.
         study_name: name of the study in the storage (resumed when it exists).
         progress: called with a dict after every finished trial (for a progress bar or a log).
+        worker_index: this worker's index among the study's workers (its sampler's seed is
+            ``config.seed + worker_index``, so workers propose different configurations).
+        workers: how many workers share the study (each asks its share of what is left).
+        poll_s: how often a worker with nothing to ask looks at the study again.
     """
 
     def __init__(self, problem: Problem, binding: Binding, space: SearchSpace, *, build: BuildFn,
                  measure: Measurer, t_sol_ms: Callable[[Workload], float | None],
-                 config: TuneConfig = TuneConfig(), storage: str | None = None,
-                 study_name: str | None = None, progress: Callable[[dict], None] | None = None):
+                 config: TuneConfig = TuneConfig(), storage: str | BaseStorage | None = None,
+                 study_name: str | None = None, progress: Callable[[dict], None] | None = None,
+                 worker_index: int = 0, workers: int = 1, poll_s: float = 1.0):
         self.problem, self.binding, self.space = problem, binding, space
         self.build, self.measure, self.t_sol_ms = build, measure, t_sol_ms
-        self.config, self.storage = config, storage
+        self.config = config
+        self.storage = open_storage(storage) if storage is None or isinstance(storage, str) else storage
         self.study_name = study_name or f"{problem.id}:{space.kernel_name}:{space.kernel.digest()[:12]}"
         self.progress = progress or (lambda event: None)
+        self.worker_index, self.workers, self.poll_s = worker_index, max(1, workers), poll_s
+        self.worker_id = worker_id()
+        self.study: optuna.Study | None = None
+        self.setup: Setup | None = None
+        self._start: float | None = None
+        self.search_seconds: float | None = None
 
     # --- helpers -----------------------------------------------------------------------------------
 
-    def _tell_pruned(self, study: optuna.Study, trial: optuna.Trial, reason: str, status: str = "ILLEGAL") -> None:
+    def _tell(self, study: optuna.Study, trial: optuna.Trial, hb: Heartbeat, value: float | None = None,
+              state: TrialState | None = None) -> bool:
+        """Tell a trial; False when it was failed meanwhile as stale (see :mod:`search.storage`)."""
+        try:
+            study.tell(trial, value, state=state)
+            return True
+        except (ValueError, RuntimeError) as e:  # UpdateFinishedTrialError is a RuntimeError
+            self.progress({"event": "lost", "number": trial.number, "reason": str(e)})
+            return False
+        finally:
+            hb.release(trial.number)
+
+    def _tell_pruned(self, study, trial, hb, reason: str, status: str = "ILLEGAL") -> None:
         trial.set_user_attr("status", status)
         trial.set_user_attr("reason", reason)
-        study.tell(trial, state=TrialState.PRUNED)
+        self._tell(study, trial, hb, state=TrialState.PRUNED)
 
-    def _tell_failed(self, study: optuna.Study, trial: optuna.Trial, status: str, reason: str) -> None:
+    def _tell_failed(self, study, trial, hb, status: str, reason: str) -> None:
         trial.set_user_attr("status", status)
         trial.set_user_attr("reason", reason[:2000])
-        study.tell(trial, state=TrialState.FAIL)
+        self._tell(study, trial, hb, state=TrialState.FAIL)
 
     def _measure_checked(self, cand: Candidate, workloads: Sequence[Workload]) -> list[Outcome]:
         """Measure; a result faster than T_SOL is measured again once before it is believed."""
@@ -190,10 +289,42 @@ class Tuner:
             outcomes = self.measure(cand, workloads)
         return outcomes
 
-    # --- the loop ----------------------------------------------------------------------------------
+    def _open(self, sampler_kind: str, create: bool) -> optuna.Study:
+        sampler = _make_sampler(sampler_kind, self.config.seed + self.worker_index)
+        if create:
+            return optuna.create_study(study_name=self.study_name, storage=self.storage, direction="minimize",
+                                       sampler=sampler, load_if_exists=True)
+        return optuna.load_study(study_name=self.study_name, storage=self.storage, sampler=sampler)
+
+    def _stop_rule(self, trials: Sequence[FrozenTrial]) -> StopRule:
+        """The stop rule of the whole study, replayed from its measured trials in completion order."""
+        s, cfg = self.setup, self.config
+        rule = StopRule(epsilon=cfg.epsilon, patience=cfg.patience, budget=s.budget, legal_size=s.legal,
+                        time_limit_s=cfg.time_limit_s, started=self._start)
+        for i, t in enumerate(sorted((t for t in trials if is_measured(t)), key=_completion_order)):
+            value = t.value if t.state is TrialState.COMPLETE else None
+            if i < s.finished_at_start:
+                rule.record_earlier(value, params_key(t.params))
+            else:
+                rule.record(value, params_key(t.params))
+        return rule
+
+    def _tuned_workloads(self) -> list[Workload]:
+        by_uuid = {w.uuid: w for w in self.problem.workloads}
+        return [by_uuid[u] for u in self.setup.tuned]
+
+    # --- the run -------------------------------------------------------------------------------------
 
     def run(self) -> TuneResult:
-        start = time.monotonic()
+        """Prepare, work and finish in this process."""
+        self.prepare()
+        return self.finish(self.work())
+
+    def prepare(self) -> Setup:
+        """Time the reference, decide budget and sampler, create (or resume) the study, fail the trials
+        that a killed run left RUNNING, queue the configurations of an exhaustive search, and store the
+        decisions in the study (``setup``)."""
+        self._start = time.monotonic()
         cfg = self.config
         workloads = representative_workloads(self.binding, cfg.max_workloads)
         for w in workloads:
@@ -206,109 +337,211 @@ class Tuner:
         kind = cfg.sampler
         if kind == "auto":
             kind = "brute" if len(legal) <= budget else "tpe"
-        study = optuna.create_study(study_name=self.study_name, storage=self.storage, direction="minimize",
-                                    sampler=_make_sampler(kind, cfg.seed), load_if_exists=True)
+        study = self.study = self._open(kind, create=True)
+        fail_dead_workers(study)  # trials a killed run left RUNNING
+        trials = study.get_trials(deepcopy=False)
         if kind == "brute":
             # Exhaustive over the legal configurations, through Optuna's own queue (asked first, in a
-            # seeded order; already-finished or queued ones are skipped, so a resumed study goes on).
+            # seeded order); configurations measured, queued or running are not queued again.
+            pending = {params_key(trial_params(t)) for t in trials
+                       if t.state in (TrialState.WAITING, TrialState.RUNNING) or is_measured(t)}
             order = list(legal)
             random.Random(cfg.seed).shuffle(order)
             for params in order:
-                study.enqueue_trial(params, skip_if_exists=True)
+                if params_key(params) not in pending:
+                    study.enqueue_trial(params)
+        measured = [t for t in trials if is_measured(t)]
+        self.setup = Setup(budget=budget, sampler=kind, headroom=head, legal=len(legal),
+                           tuned=[w.uuid for w in workloads], finished_at_start=len(measured))
         study.set_user_attr("problem", self.problem.id)
         study.set_user_attr("kernel", self.space.kernel_name)
         study.set_user_attr("tuned_workloads", [w.uuid for w in workloads])
-        stop = StopRule(epsilon=cfg.epsilon, patience=cfg.patience, budget=budget, legal_size=len(legal),
-                        time_limit_s=cfg.time_limit_s)
-        # Resume: what earlier runs of this study measured is known (and not paid for again).
-        known: dict[tuple, float | None] = {}
-        for t in study.get_trials(deepcopy=False):
-            if t.state in (TrialState.COMPLETE, TrialState.FAIL) and not t.user_attrs.get("duplicate"):
-                key = params_key(t.params)
-                known[key] = t.value if t.state is TrialState.COMPLETE else None
-                stop.finished += 1  # the budget counts the study's measured trials, earlier runs included
-                stop.tried.add(key)
-                if t.state is TrialState.COMPLETE:
-                    stop.best = min(stop.best, t.value)
+        study.set_user_attr("setup", dataclasses.asdict(self.setup))
+        study.set_user_attr("stop_reason", "")
         self.progress({"event": "start", "budget": budget, "legal": len(legal), "space": self.space.size,
-                       "headroom": head, "sampler": kind, "resumed": len(known)})
-        dists = self.space.distributions()
-        while not stop.should_stop():
-            batch: list[tuple[optuna.Trial, Candidate]] = []
-            want = max(1, min(cfg.batch, budget - stop.finished, len(legal) - len(stop.tried)))
-            # Illegal and already-measured proposals cost no compile and no budget: they are told to
-            # the study (so the sampler learns) and the next proposal is asked for, up to a limit.
-            for _ in range(MAX_FREE_ASKS * want):
-                if len(batch) >= want:
-                    break
-                trial = study.ask(dists)
-                params = {k: trial.params[k] for k in dists}
-                key = params_key(params)
-                if key in known or any(params_key(c.params) == key for _, c in batch):
-                    value = known.get(key)
-                    trial.set_user_attr("duplicate", True)
-                    if value is None:
-                        self._tell_pruned(study, trial, "duplicate of a configuration that is illegal, "
-                                          "failed or in this batch", status="DUPLICATE")
-                    else:
-                        study.tell(trial, value)
-                    continue
-                violations = self.space.violations(params)
-                if violations:
-                    self._tell_pruned(study, trial, "; ".join(d.message for d in violations))
-                    known[key] = None
-                    self.progress({"event": "pruned", "number": trial.number, "params": params,
-                                   "reason": violations[0].message})
-                    continue
-                kernel = self.space.concrete(params)
-                cand = Candidate(trial.number, params, kernel, self.space.concrete_program(params))
-                trial.set_user_attr("config", kernel.config_name())
-                batch.append((trial, cand))
-            if not batch:
-                stop.reason = (f"the sampler proposed {MAX_FREE_ASKS * want} configurations in a row that "
-                               "were illegal or already measured")
-                break
-            builds = self.build([c for _, c in batch])
-            for (trial, cand), built in zip(batch, builds):
-                cand.build = built
-                key = params_key(cand.params)
-                trial.set_user_attr("build_seconds", round(built.seconds, 1))
-                trial.set_user_attr("build_cached", built.cached)
-                if not built.ok:
-                    self._tell_failed(study, trial, "COMPILE_ERROR", built.error or built.log[-2000:])
-                    known[key] = None
-                    stop.record(None, key)
-                    self.progress({"event": "trial", "number": trial.number, "state": "FAIL",
-                                   "params": cand.params, "reason": "compile: " + built.error})
-                    continue
-                outcomes = self._measure_checked(cand, workloads)
-                bad = [o for o in outcomes if not o.ok]
-                trial.set_user_attr("latency_ms", {o.workload.uuid: o.latency_ms for o in outcomes})
-                if bad:
-                    o = bad[0]
-                    self._tell_failed(study, trial, o.status, f"{o.workload.label()}: {o.message}")
-                    known[key] = None
-                    stop.record(None, key)
-                    self.progress({"event": "trial", "number": trial.number, "state": "FAIL",
-                                   "params": cand.params, "reason": f"{o.status} on {o.workload.label()}"})
-                    continue
-                value = _objective(outcomes)
-                trial.set_user_attr("status", "PASSED")
-                trial.set_user_attr("speedup_geomean", geomean([o.reference_ms / o.latency_ms for o in outcomes]))
-                study.tell(trial, value)
-                known[key] = value
-                stop.record(value, key)
-                self.progress({"event": "trial", "number": trial.number, "state": "COMPLETE",
-                               "params": cand.params, "value": value, "best": stop.best})
-            # The batch is measured to the end even when a stop rule fired: its builds are paid for.
-        return self._finish(study, workloads, budget, len(legal), head, stop.reason, start)
+                       "headroom": head, "sampler": kind, "resumed": len({params_key(t.params) for t in measured}),
+                       "workers": self.workers})
+        return self.setup
 
-    def _finish(self, study, workloads, budget, legal_size, head, reason, start) -> TuneResult:
-        complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                    if not t.user_attrs.get("duplicate")]
-        rows = [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params,
-                 **{k: v for k, v in t.user_attrs.items()}}
-                for t in study.get_trials(deepcopy=False) if t.state is not TrialState.WAITING]
+    def attach(self) -> Setup:
+        """Join a study that :meth:`prepare` set up (in another process): load it and its ``setup``."""
+        study = optuna.load_study(study_name=self.study_name, storage=self.storage,
+                                  sampler=optuna.samplers.RandomSampler())
+        if "setup" not in study.user_attrs:
+            raise RuntimeError(f"study {self.study_name} has no setup: prepare() it before starting workers")
+        self.setup = Setup(**study.user_attrs["setup"])
+        study.sampler = _make_sampler(self.setup.sampler, self.config.seed + self.worker_index)
+        self.study = study
+        self._start = self._start or time.monotonic()
+        return self.setup
+
+    def work(self) -> str:
+        """Ask, build, measure and tell until a stop rule of the study fires; return its reason."""
+        if self.study is None:
+            self.attach()
+        study, s, cfg = self.study, self.setup, self.config
+        workloads = self._tuned_workloads()
+        dists = self.space.distributions()
+        beats = heartbeat_enabled(self.storage)
+        began = time.monotonic()
+        with Heartbeat(self.storage, self.study_name) as hb, warnings.catch_warnings():
+            # Optuna warns that its heartbeat is meant for optimize(); Heartbeat beats for ask-and-tell.
+            warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+            while True:
+                if beats:
+                    fail_stale_trials(study)  # trials of workers whose heartbeat stopped
+                trials = study.get_trials(deepcopy=False)
+                stop = self._stop_rule(trials)
+                if stop.should_stop():
+                    reason = stop.reason
+                    break
+                known = {params_key(t.params): (t.value if t.state is TrialState.COMPLETE else None)
+                         for t in trials if is_measured(t)
+                         or (t.state is TrialState.PRUNED and t.user_attrs.get("status") == "ILLEGAL")}
+                taken = {params_key(t.params) for t in trials if is_candidate(t)} - stop.tried
+                left = min(s.budget - stop.finished - len(taken), s.legal - len(stop.tried) - len(taken))
+                if left <= 0:
+                    # What is left is being measured by other workers; one of them may die and its trial
+                    # come back to the queue.
+                    fail_dead_workers(study)
+                    time.sleep(self.poll_s)
+                    continue
+                want = max(1, min(cfg.batch, -(-left // self.workers)))
+                batch = self._ask(study, dists, want, known, hb)
+                if not batch:
+                    reason = (f"the sampler proposed {MAX_FREE_ASKS * want} configurations in a row that were "
+                              "illegal, already measured or taken by another worker")
+                    break
+                self._run_batch(study, batch, workloads, hb, stop)
+                # The batch is measured to the end even when a stop rule fired: its builds are paid for.
+        self.search_seconds = time.monotonic() - began
+        study.set_user_attr("stop_reason", reason)
+        return reason
+
+    def _ask(self, study, dists, want: int, known: dict, hb: Heartbeat) -> list[tuple[optuna.Trial, Candidate]]:
+        """Ask until ``want`` new legal configurations are held. Illegal, measured and taken proposals
+        cost no compile and no budget: they are told to the study (so the sampler learns) and the next
+        proposal is asked for, up to a limit."""
+        batch: list[tuple[optuna.Trial, Candidate]] = []
+        for _ in range(MAX_FREE_ASKS * want):
+            if len(batch) >= want:
+                break
+            trial = study.ask(dists)
+            trial.set_user_attr("worker", self.worker_id)
+            hb.hold(trial.number)
+            params = {k: trial.params[k] for k in dists}
+            key = params_key(params)
+            if key in known or any(params_key(c.params) == key for _, c in batch):
+                self._tell_duplicate(study, trial, hb, known.get(key),
+                                     "duplicate of a configuration that is illegal, failed or in this batch")
+                continue
+            violations = self.space.violations(params)
+            if violations:
+                self._tell_pruned(study, trial, hb, "; ".join(d.message for d in violations))
+                known[key] = None
+                self.progress({"event": "pruned", "number": trial.number, "params": params,
+                               "reason": violations[0].message})
+                continue
+            other = self._claim(study, trial, key)
+            if other is not None:
+                value = other.value if other.state is TrialState.COMPLETE else None
+                self._tell_duplicate(study, trial, hb, value, f"configuration of trial {other.number} "
+                                     f"({other.state.name.lower()} on worker {other.user_attrs.get('worker')})")
+                continue
+            kernel = self.space.concrete(params)
+            cand = Candidate(trial.number, params, kernel, self.space.concrete_program(params))
+            trial.set_user_attr("config", kernel.config_name())
+            batch.append((trial, cand))
+        return batch
+
+    def _tell_duplicate(self, study, trial, hb, value: float | None, reason: str) -> None:
+        trial.set_user_attr("duplicate", True)
+        if value is None:
+            self._tell_pruned(study, trial, hb, reason, status="DUPLICATE")
+        else:
+            self._tell(study, trial, hb, value)  # the sampler learns the known value
+
+    def _claim(self, study: optuna.Study, trial: optuna.Trial, key) -> FrozenTrial | None:
+        """Stamp ``trial`` as claimed now, then look at the study: the trial that already has this
+        configuration (measured, or running under an earlier claim), or None when it is ours to build.
+
+        Claims are written before they are read, so of two workers that propose the same configuration
+        at once at least one sees the other's claim, and the earlier claim wins."""
+        claimed = time.time()
+        trial.set_user_attr("claimed", claimed)
+        for t in study.get_trials(deepcopy=False):
+            if t.number == trial.number or is_duplicate(t) or params_key(trial_params(t)) != key:
+                continue
+            if is_measured(t):
+                return t
+            if (t.state is TrialState.RUNNING and "claimed" in t.user_attrs
+                    and (t.user_attrs["claimed"], t.number) < (claimed, trial.number)):
+                return t
+        return None
+
+    def _run_batch(self, study, batch, workloads, hb: Heartbeat, stop: StopRule) -> None:
+        builds = self.build([c for _, c in batch])
+        for (trial, cand), built in zip(batch, builds):
+            cand.build = built
+            try:
+                self._run_one(study, trial, cand, built, workloads, hb, stop)
+            except optuna.exceptions.UpdateFinishedTrialError as e:  # failed meanwhile as stale
+                hb.release(trial.number)
+                self.progress({"event": "lost", "number": trial.number, "reason": str(e)})
+
+    def _run_one(self, study, trial, cand: Candidate, built: BuildResult, workloads, hb, stop: StopRule) -> None:
+        trial.set_user_attr("build_seconds", round(built.seconds, 1))
+        trial.set_user_attr("build_cached", built.cached)
+        key = params_key(cand.params)
+        if not built.ok:
+            self._tell_failed(study, trial, hb, "COMPILE_ERROR", built.error or built.log[-2000:])
+            stop.record(None, key)
+            self.progress({"event": "trial", "number": trial.number, "state": "FAIL",
+                           "params": cand.params, "reason": "compile: " + built.error})
+            return
+        outcomes = self._measure_checked(cand, workloads)
+        bad = [o for o in outcomes if not o.ok]
+        trial.set_user_attr("latency_ms", {o.workload.uuid: o.latency_ms for o in outcomes})
+        if bad:
+            o = bad[0]
+            self._tell_failed(study, trial, hb, o.status, f"{o.workload.label()}: {o.message}")
+            stop.record(None, key)
+            self.progress({"event": "trial", "number": trial.number, "state": "FAIL",
+                           "params": cand.params, "reason": f"{o.status} on {o.workload.label()}"})
+            return
+        value = _objective(outcomes)
+        trial.set_user_attr("status", "PASSED")
+        trial.set_user_attr("speedup_geomean", geomean([o.reference_ms / o.latency_ms for o in outcomes]))
+        if self._tell(study, trial, hb, value):
+            stop.record(value, key)
+            self.progress({"event": "trial", "number": trial.number, "state": "COMPLETE",
+                           "params": cand.params, "value": value, "best": stop.best})
+
+    def stop_reason(self) -> str:
+        """Why the study stopped, judged from the storage (for a coordinator whose workers have exited)."""
+        stop = self._stop_rule(self.study.get_trials(deepcopy=False))
+        if stop.should_stop():
+            return stop.reason
+        return self.study.user_attrs.get("stop_reason") or "the workers stopped before a stop rule fired"
+
+    def finish(self, reason: str) -> TuneResult:
+        """Verify the best configurations (best first) on every workload until one passes; collect the
+        trials of the study (every worker's)."""
+        study, s = self.study, self.setup
+        trials = study.get_trials(deepcopy=False)
+        complete = [t for t in trials if t.state is TrialState.COMPLETE and not is_duplicate(t)]
+        rows = []
+        for t in trials:
+            if t.state is TrialState.WAITING:
+                continue
+            row = {"number": t.number, "state": t.state.name, "value": t.value, "params": t.params,
+                   **{k: v for k, v in t.user_attrs.items() if k != "claimed"}}
+            if is_interrupted(t):
+                row.update(status="INTERRUPTED", reason="its worker stopped (killed, crashed or lost) before it "
+                           "finished; the configuration was queued again")
+            if "failed_trial" in t.system_attrs:
+                row["retry_of"] = t.system_attrs["failed_trial"]
+            rows.append(row)
         best = best_value = None
         outcomes: list[Outcome] = []
         for t in sorted(complete, key=lambda t: t.value):
@@ -324,5 +557,5 @@ class Tuner:
             self.progress({"event": "verify-failed", "number": t.number,
                            "reason": next(f"{o.status} on {o.workload.label()}" for o in outcomes if not o.ok)})
         return TuneResult(self.study_name, best, best_value, outcomes if best else [], rows, reason,
-                          list(workloads), budget, legal_size, self.space.size, head,
-                          time.monotonic() - start)
+                          self._tuned_workloads(), s.budget, s.legal, self.space.size, s.headroom,
+                          time.monotonic() - self._start, self.search_seconds)

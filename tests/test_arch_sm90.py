@@ -57,7 +57,8 @@ def test_resolve_schedule_auto(tile, schedule):
 
 # (settings, operands, epilogue, the one code expected, the line of the diagnostic)
 BAD = [
-    ("target = sm100", ABD, "", "sm90.target", 3),
+    ("schedule = warpspecialized_2sm", ABD, "", "sm90.schedule", 3),
+    ("schedule = warpspecialized_1sm", ABD, "", "sm90.schedule", 3),
     ("", "a : bf16[M, K] row  b : f16[N, K] row  d : bf16[M, N] row", "", "sm90.mixed-input", 2),
     ("accum = bf16", ABD, "", "sm90.accum", 3),
     ("accum = f16", ABD, "", "sm90.accum", 3),
@@ -142,8 +143,9 @@ def test_messages_name_the_values_and_the_fix():
     (d,) = sm90.check_kernel(kernel("tile = 64x128x64 scheduler = stream_k"))
     assert "auto resolves to pingpong" in d.message and "Ping-pong kernel does not currently support" in d.message
     assert d.pos.line == 3 and d.valid == ("persistent",)
-    (d,) = sm90.check_kernel(kernel("target = sm100"))
-    assert "sm100 gemm comes later" in d.message and d.valid == ("sm90",)
+    (d,) = sm90.check_kernel(kernel("schedule = warpspecialized_2sm"))
+    assert "an sm100 schedule" in d.message and "target = sm100" in d.message
+    assert d.valid == ("auto", "cooperative", "pingpong", "warpspecialized")
     (d,) = sm90.check_kernel(kernel("tile = 128x128x48"))
     assert d.valid == ("32", "64", "128")
     (d,) = sm90.check_kernel(kernel("tile = 128x128x8", "a : f32[M, K] row  b : f32[N, K] row  d : f32[M, N]"))
@@ -154,8 +156,14 @@ def test_messages_name_the_values_and_the_fix():
     assert "too large for shared memory" in d.message and "fits 1" in d.message
 
 
-def test_target_rule_hides_the_sm90_rules():
-    assert codes(kernel("target = sm100 tile = 64x8x8 cluster = 3x3x3")) == ["sm90.target"]
+def test_an_sm100_kernel_is_not_checked_by_the_sm90_rules():
+    with pytest.raises(ValueError, match="ucutlass.arch.check_kernel"):
+        sm90.check_kernel(kernel("target = sm100"))
+
+
+def test_an_sm100_schedule_skips_the_schedule_dependent_rules():
+    got = codes(kernel("schedule = warpspecialized_2sm tile = 64x8x48 cluster = 3x1x1 scheduler = stream_k"))
+    assert got == ["sm90.schedule", "sm90.tile-k", "sm90.cluster-shape"]
 
 
 def test_several_rules_at_once():

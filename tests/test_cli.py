@@ -83,7 +83,7 @@ def test_tune_without_gpu_says_so_and_what_works(capsys, monkeypatch):
 def test_tune_dry_run_shows_space_and_sol(capsys):
     rc, out, _ = run(capsys, "tune", "o_proj_residual_llama3_1_8b", "--dry-run")
     assert rc == 0
-    assert "legal under the SM90 rules: 38" in out and "T_SOL" in out
+    assert "legal under the sm90 rules: 38" in out and "T_SOL" in out
 
 
 def test_tune_problem_without_spec(capsys, sol_execbench_dir):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -131,3 +132,88 @@ def test_template_has_no_undefined_holes(monkeypatch):
     values.pop("tile_scheduler")
     with pytest.raises(jinja2.UndefinedError):
         codegen._environment().get_template("sm90_gemm.cu.j2").render(**values)
+
+
+# --- sm100 (Blackwell) -----------------------------------------------------------------------------------
+
+SM100_1SM = """
+kernel b1 : gemm {
+  target = sm100
+  a : bf16[M, K] row   b : bf16[N, K] row   d : bf16[M, N] row
+  tile = 128x128x64   schedule = warpspecialized_1sm
+  epilogue { bias : bf16[N]  d = gelu(acc + bias) }
+}
+"""
+
+SM100_2SM_EVT = """
+kernel b2 : gemm {
+  target = sm100
+  a : bf16[M, K] row   b : bf16[N, K] row   c : bf16[M, N] row   d : bf16[M, N] row
+  tile = 256x128x64   cluster = 2x1x1   scheduler = stream_k
+  epilogue {
+    rowscale : f32[M]   residual : bf16[M, N] row   alpha : f32
+    d = silu(acc * rowscale) * alpha + residual + 0.5 * c
+  }
+}
+"""
+
+
+def test_sm100_1sm_renders_the_reference_types():
+    """The types of shared/reference/cutlass/sm100_gemm_bias_gelu.cu (compiled there with nvcc 13.0)."""
+    src = render(SM100_1SM)
+    for line in ("using TileShape = Shape<_128, _128, _64>;", "using CtaTileShape = Shape<_128, _128, _64>;",
+                 "using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized1SmSm100;",
+                 "using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized1Sm;",
+                 "using TileScheduler = cutlass::gemm::PersistentScheduler;"):
+        assert line in src, line
+    assert src.count("cutlass::arch::Sm100, cutlass::arch::OpClassTensorOp") == 2 and "arch::Sm90," not in src
+    kinds = [re.search(r"= fusion::(\w+)", n).group(1) for n in evt_lines(src)]
+    assert kinds == ["Sm90AccFetch", "Sm90RowBroadcast", "Sm90EVT", "Sm90EVT"]  # SM100 reuses the Sm90 nodes
+    assert "Sm90RowBroadcast<0, CtaTileShape," in src and "cutlass::epilogue::thread::GELU," in src
+    assert "EpiDesc" not in src  # no aux load, no descriptor
+
+
+def test_sm100_2sm_renders_cta_tile_and_sm100_descriptors():
+    src = render(SM100_2SM_EVT)
+    assert "using TileShape = Shape<_256, _128, _64>;" in src  # the MMA tile over the CTA pair
+    assert "using CtaTileShape = Shape<_128, _128, _64>;" in src  # what one CTA and the epilogue see
+    assert "KernelTmaWarpSpecialized2SmSm100;" in src and "epilogue::TmaWarpSpecialized2Sm;" in src
+    assert "using ClusterShape = Shape<_2, _1, _1>;" in src and "cutlass::gemm::StreamKScheduler" in src
+    assert "detail::Sm100EpilogueDescriptor<" in src
+    assert "Sm100AuxLoadDescriptor<EpiDesc, cutlass::layout::RowMajor, cutlass::bfloat16_t>" in src
+    kinds = [re.search(r"= fusion::(\w+)", n).group(1) for n in evt_lines(src)]
+    for kind in ("Sm90AccFetch", "Sm90SrcFetch", "Sm90ColBroadcast", "Sm90AuxLoad", "Sm90ScalarBroadcast"):
+        assert kind in kinds, kind
+    assert "Sm90ColBroadcast<0, CtaTileShape," in src
+    assert "args.scheduler.splits = static_cast<int>(knobs[0]);" in src
+    info = json.loads(re.search(r'R"UCUTINFO\((.*)\)UCUTINFO"', src).group(1))
+    assert info["target"] == "sm100" and info["ptrs"] == ["a", "b", "c", "d", "rowscale", "residual"]
+
+
+def test_both_targets_share_one_copy_of_the_evt_and_the_abi():
+    """The EVT list, the nested arguments and the C ABI come from templates/_gemm_common.j2: the same text."""
+    sm90_src = render(EVT_FULL.replace("kernel evt", "kernel same"))
+    sm100_src = render(EVT_FULL.replace("kernel evt", "kernel same").replace(
+        "schedule = cooperative", "schedule = warpspecialized_1sm target = sm100"))
+    tail = lambda s: s[s.index("thread_local char g_last_error"):]  # noqa: E731
+    strip_info = lambda s: re.sub(r'R"UCUTINFO\(.*\)UCUTINFO"', "", s)  # noqa: E731
+    assert strip_info(tail(sm90_src)) == strip_info(tail(sm100_src))
+    assert [n.replace("TileShape", "T").replace("CtaT", "T") for n in evt_lines(sm90_src)] == \
+        [n.replace("TileShape", "T").replace("CtaT", "T") for n in evt_lines(sm100_src)]
+    for name in ("ucut_run", "ucut_workspace_size", "ucut_can_implement", "ucut_info", "ucut_last_error",
+                 "ucut_abi_version() { return %d; }" % codegen.ABI_VERSION):
+        assert name in sm100_src
+
+
+def test_templates_cover_both_targets():
+    from ucutlass.ir import Target
+
+    assert codegen.TEMPLATES == {("gemm", Target.sm90): "sm90_gemm.cu.j2", ("gemm", Target.sm100): "sm100_gemm.cu.j2"}
+
+
+def test_sm100_rule_violation_is_rejected_before_rendering():
+    k = parse(SM100_1SM.replace("tile = 128x128x64   schedule = warpspecialized_1sm",
+                                "tile = 256x128x64   schedule = warpspecialized_2sm")).kernel()
+    with pytest.raises(CheckError) as e:
+        codegen.render(k)
+    assert "sm100.2sm-cluster" in str(e.value.diagnostics[0].code)

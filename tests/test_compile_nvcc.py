@@ -1,9 +1,10 @@
-"""Real nvcc compiles of generated CUTLASS SM90 GEMMs (1–3 minutes each on 2 cores).
+"""Real nvcc compiles of generated CUTLASS SM90 and SM100 GEMMs (1–3 minutes each on 2 cores).
 
 Each run uses a fresh temporary cache so these are real compiles, never cache hits. The kernels in
 tests/kernels/ cover every EVT leaf kind (AccFetch, SrcFetch, RowBroadcast, ColBroadcast, AuxLoad,
-ScalarBroadcast), the three schedules, both tile schedulers, column-major operands and explicit stages;
-tests/test_runtime_gpu.py runs the same files on the H200.
+ScalarBroadcast), the three sm90 schedules and both sm100 ones (1SM, 2SM), both tile schedulers,
+column-major operands and explicit stages; tests/test_runtime_gpu.py runs the sm90 files on the H200
+(the sm100 ones compile for sm_100a and cannot run there).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from ucutlass.dsl import parse_file
 from ucutlass.runtime import CompiledKernel
 
 KERNELS = Path(__file__).parent / "kernels"
-CI_KERNELS = ["evt_full.ucut", "src_colmajor_f16.ucut", "stream_k.ucut"]
+CI_KERNELS = ["evt_full.ucut", "src_colmajor_f16.ucut", "stream_k.ucut", "sm100_bias_gelu.ucut",
+              "sm100_2sm_residual.ucut"]
 
 pytestmark = pytest.mark.nvcc
 
@@ -46,6 +48,9 @@ def test_generated_kernel_compiles_with_nvcc(compiled, name):
     assert loaded.info["ptrs"] == list(loaded.abi.ptr_names)
     meta = json.loads((result.entry / "meta.json").read_text())
     assert meta["ok"] and meta["config"] == kernel.config_name()
+    gencode = {"sm90": "arch=compute_90a,code=sm_90a", "sm100": "arch=compute_100a,code=sm_100a"}
+    assert loaded.info["target"] == meta["target"] == kernel.target.value
+    assert gencode[kernel.target.value] in meta["command"]
 
 
 def test_so_built_from_another_kernel_is_refused(compiled):

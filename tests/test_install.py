@@ -33,6 +33,11 @@ k = prog.resolve({"o_proj.tile": "128x128x64", "o_proj.cluster": "1x1x1", "o_pro
                   "o_proj.scheduler": "persistent", "o_proj.split_k": "1"}).kernel()
 src = render(k)
 assert "Sm90SrcFetch" in src and "KernelTmaWarpSpecializedCooperative" in src
+import dataclasses
+from ucutlass.ir import Schedule, Target
+k100 = dataclasses.replace(k, target=Target.sm100, schedule=Schedule.warpspecialized_1sm)
+src100 = render(k100)  # the shared templates/_gemm_common.j2 ships too
+assert "KernelTmaWarpSpecialized1SmSm100" in src100 and "Sm90SrcFetch" in src100
 from ucutlass.sol import load_hardware
 assert load_hardware("h200").name
 print("OK", len(src))

@@ -45,6 +45,18 @@ def poisoned(*shape, dtype=torch.bfloat16):
     return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
 
 
+def test_sm100_kernels_are_refused_on_this_gpu_before_launching(kernels):
+    """The sm100 files compile for sm_100a; on the H200 (sm_90) the call says so and launches nothing."""
+    if torch.cuda.get_device_capability() == (10, 0):
+        pytest.skip("a B200 runs sm100 kernels")
+    m, n, k = 256, 256, 128
+    d = poisoned(m, n)
+    with pytest.raises(KernelRuntimeError, match=r"kernel built for sm100 \(Blackwell, sm_100a\); this GPU is "
+                                                 r"sm_\d+ \(.*\): compile only here"):
+        kernels["sm100_bias_gelu"](a=randn(m, k), b=randn(n, k), d=d, bias=randn(n))
+    assert d.isnan().all()  # nothing was written
+
+
 @pytest.mark.parametrize("m", [1, 77, 1000, 4096])
 def test_evt_full(kernels, m):
     n, k = 4096, 4096

@@ -4,91 +4,23 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import optuna
 import pytest
 
-from ucutlass.build import BuildResult
+from search_fakes import FakeBuild, FakeMeasure, make_plan, make_tuner  # tests/ is on sys.path
+
 from ucutlass.dsl import parse
-from ucutlass.problem import find_problem
-from ucutlass.search import SearchSpace, StopRule, TuneConfig, Tuner, plan, trial_budget
+from ucutlass.search import StopRule, TuneConfig, trial_budget
 from ucutlass.search.report import format_table, write_outputs
-from ucutlass.search.tuner import Outcome, representative_workloads
+from ucutlass.search.tuner import representative_workloads
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-SPEC = """
-kernel qkv_proj : gemm {
-  a : bf16[M, K] row <- hidden_states
-  b : bf16[N, K] row <- qkv_weight
-  d : bf16[M, N] row -> qkv
-  tile      = {64x128x64, 128x128x64, 128x256x64, 256x128x64}
-  cluster   = {1x1x1, 2x1x1}
-  schedule  = {cooperative, pingpong}
-  epilogue {
-    bias : bf16[N] <- qkv_bias
-    d = acc + bias
-  }
-}
-"""
-
-PROBLEM = "qkv_proj_bias_qwen2_5_7b"
-
-
-class FakeBuild:
-    """Builds nothing; fails tile M = 256 (as if nvcc rejected it)."""
-
-    def __init__(self):
-        self.calls = []
-
-    def __call__(self, candidates):
-        out = []
-        for c in candidates:
-            self.calls.append(c.params)
-            ok = not c.params["tile"].startswith("256")
-            out.append(BuildResult(key=c.kernel.digest(), name=c.kernel.config_name(), entry=Path("/nonexistent"),
-                                   so_path=Path("/nonexistent/kernel.so") if ok else None,
-                                   source_path=Path("/nonexistent/kernel.cu"), cached=False, seconds=0.0,
-                                   error="" if ok else "error: static assertion failed (fake)"))
-        return out
-
-
-class FakeMeasure:
-    """Deterministic times: a config's speed depends on its tile and cluster; optionally crashes one."""
-
-    SPEED = {"64x128x64": 3.0, "128x128x64": 1.6, "128x256x64": 1.2, "256x128x64": 1.1}
-
-    def __init__(self, crash_tile: str | None = None, sol_ms: float = 1.0):
-        self.crash_tile = crash_tile
-        self.sol_ms = sol_ms
-        self.measured = []
-        self.reference_calls = 0
-
-    def reference_ms(self, workload):
-        self.reference_calls += 1
-        return 3.0 * self.sol_ms
-
-    def __call__(self, cand, workloads):
-        self.measured.append(dict(cand.params))
-        if cand.params["tile"] == self.crash_tile:
-            return [Outcome(w, "CRASHED", message="illegal memory access (fake)") for w in workloads]
-        t = self.SPEED[cand.params["tile"]] * (0.9 if cand.params["cluster"] == "2x1x1" else 1.0)
-        if cand.params["schedule"] == "pingpong":
-            t *= 1.05
-        return [Outcome(w, "PASSED", latency_ms=t * self.sol_ms, reference_ms=3.0 * self.sol_ms,
-                        t_sol_ms=self.sol_ms) for w in workloads]
 
 
 @pytest.fixture(scope="module")
 def tune_plan():
-    problem = find_problem(PROBLEM)
-    return plan(problem, parse(SPEC, "spec.ucut"), source_file="spec.ucut", max_workloads=3)
-
-
-def make_tuner(p, build, measure, **kw):
-    return Tuner(p.problem, p.binding, p.space, build=build, measure=measure, t_sol_ms=lambda w: measure.sol_ms,
-                 config=kw.pop("config", TuneConfig(batch=4, seed=1)), **kw)
+    return make_plan()
 
 
 def test_plan_prunes_illegal_configs_before_any_compile(tune_plan):

@@ -14,6 +14,7 @@ from typing import Sequence
 
 from . import __version__
 from .errors import CheckError, ToolchainError, UcutError, UcutSyntaxError
+from .ir import Choice
 
 
 def _problems_arg(p: argparse.ArgumentParser) -> None:
@@ -229,6 +230,12 @@ def _solution_for_file(path: str, problem, args):
         raise UcutError(f"{path}: kernel {kernel.name} still has open choices ({', '.join(kernel.choices())}); "
                         "grade a concrete program (e.g. the best.ucut that tune writes) or use --pick")
     bind(kernel, problem)
+    import torch
+
+    if torch.cuda.is_available():
+        from .runtime import check_device
+
+        check_device(kernel.target)  # an sm100 kernel on an H200: refuse before a minute of nvcc
     print(f"compiling {kernel.config_name()} …", file=sys.stderr)
     result = raise_for(build_kernels([kernel], source_file=path, sources=[program.source])[0])
     from .search.measure import solution_for
@@ -308,15 +315,23 @@ def cmd_tune(args) -> int:
             pass
         print(p.describe(t_sol))
         return 0
+    target = program.kernel(args.kernel).target
+    import torch
+
+    if torch.cuda.is_available() and not isinstance(target, Choice):
+        from .runtime import check_device
+
+        check_device(target)  # an sm100 spec on an H200: say so before compiling anything
     out_dir = Path(args.out) if args.out else Path("ucutlass-tune") / problem.id
     try:
         result, paths = tune(problem, program, kernel=args.kernel, source_file=str(spec), out_dir=out_dir,
                              storage=args.storage, study_name=args.study, config=config, jobs=args.jobs,
-                             hardware=args.gpu)
+                             hardware=args.gpu, workers=args.workers)
     except NoGpuError as e:
         print(str(e), file=sys.stderr)
         return 2
-    measured = sum(1 for t in result.trials if t["state"] in ("COMPLETE", "FAIL") and not t.get("duplicate"))
+    measured = sum(1 for t in result.trials if t["state"] in ("COMPLETE", "FAIL") and not t.get("duplicate")
+                   and t.get("status") != "INTERRUPTED")
     pruned = sum(1 for t in result.trials if t["state"] == "PRUNED")
     print(f"\nstopped: {result.stop_reason} ({measured} configurations measured, {pruned} proposals pruned "
           f"before compiling, {result.seconds:.0f} s)")
@@ -341,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"ucutlass {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("check", help="parse a .ucut file and check it against the SM90 rules")
+    p = sub.add_parser("check", help="parse a .ucut file and check it against its target's rules (sm90, sm100)")
     p.add_argument("file")
     p.add_argument("--json", action="store_true", help="machine-readable diagnostics")
     p.add_argument("--problem", help="also bind to this problem and check alignment on its workloads")
@@ -384,11 +399,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", help=".ucut program (default: the problem's kernel.ucut)")
     p.add_argument("--kernel", help="the kernel to tune when the spec has several")
     p.add_argument("--trials", type=int, help="trial budget (default: decided by the SOL headroom)")
-    p.add_argument("--storage", help="Optuna storage URL (default: sqlite in the output folder; resumable)")
+    p.add_argument("--workers", type=int, metavar="N", help="worker processes, each pinned to one GPU "
+                   "(CUDA_VISIBLE_DEVICES, round-robin), all on one Optuna study (default: one per visible GPU)")
+    p.add_argument("--storage", metavar="URL", help="Optuna storage: sqlite:///FILE.db, journal:///FILE.log (or a "
+                   "path ending in .log), or a database server shared by several hosts, e.g. "
+                   "postgresql+psycopg://USER@HOST:5432/DB (pip install 'ucutlass[postgres]'); default: "
+                   "study.db (one worker) or study.log (several) in the output folder; resumable")
     p.add_argument("--study", help="study name in the storage")
     p.add_argument("--out", help="output folder (default: ./ucutlass-tune/PROBLEM)")
-    p.add_argument("--jobs", type=int, help="parallel nvcc processes (default: cores)")
-    p.add_argument("--batch", type=int, default=16, help="trials compiled together per round")
+    p.add_argument("--jobs", type=int, help="parallel nvcc processes in all, shared among the workers "
+                   "(default: cores)")
+    p.add_argument("--batch", type=int, default=16, help="trials compiled together per round (per worker; "
+                   "a worker asks at most its share of what is left)")
     p.add_argument("--max-workloads", type=int, default=6, help="workloads measured per trial")
     p.add_argument("--epsilon", type=float, default=0.25, help="stop within (1+ε)·T_SOL")
     p.add_argument("--patience", type=int, default=12, help="stop after this many trials without gain")

@@ -3,7 +3,9 @@
 The logic that chooses lives here; the templates are plain C++ with holes (STYLE.md, "Templates").
 Every render uses ``jinja2.StrictUndefined``: a missing value is an error, never an empty string in C++.
 
-The generated translation unit exports a fixed C ABI (see ``templates/sm90_gemm.cu.j2``):
+One template per (family, target), :data:`TEMPLATES`; what the GEMM templates share (the EVT ``using`` list,
+the nested EVT arguments, the C ABI) lives once in ``templates/_gemm_common.j2``. The generated translation
+unit exports a fixed C ABI:
 ``ucut_run(ptrs, scalars, extents, knobs, workspace, workspace_bytes, stream)``, ``ucut_workspace_size``,
 ``ucut_can_implement``, ``ucut_info`` (JSON), ``ucut_last_error`` and ``ucut_abi_version``.
 :func:`abi_of` gives the argument order the runtime must follow.
@@ -19,7 +21,7 @@ from importlib import resources
 import jinja2
 
 from . import __version__, ir
-from .arch import sm90
+from . import arch
 from .errors import CheckError, Diagnostic, UcutError
 from .ir import DType, EpilogueInputKind, GemmKernel, Layout, Schedule, TileScheduler
 
@@ -32,12 +34,17 @@ CPP_KERNEL_SCHEDULE = {
     Schedule.cooperative: "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
     Schedule.pingpong: "cutlass::gemm::KernelTmaWarpSpecializedPingpong",
     Schedule.warpspecialized: "cutlass::gemm::KernelTmaWarpSpecialized",
+    Schedule.warpspecialized_1sm: "cutlass::gemm::KernelTmaWarpSpecialized1SmSm100",
+    Schedule.warpspecialized_2sm: "cutlass::gemm::KernelTmaWarpSpecialized2SmSm100",
 }
-# On SM90, EpilogueScheduleAuto picks NoSmemWarpSpecialized, which rejects any EVT: name a TMA one.
+# On SM90, EpilogueScheduleAuto picks NoSmemWarpSpecialized, which rejects any EVT: name a TMA one. On SM100
+# the TMA epilogue must match the MMA's 1SM/2SM (sm100_builder.inl:1145-1147 "unsupported schedule").
 CPP_EPILOGUE_SCHEDULE = {
     Schedule.cooperative: "cutlass::epilogue::TmaWarpSpecializedCooperative",
     Schedule.pingpong: "cutlass::epilogue::TmaWarpSpecialized",
     Schedule.warpspecialized: "cutlass::epilogue::TmaWarpSpecialized",
+    Schedule.warpspecialized_1sm: "cutlass::epilogue::TmaWarpSpecialized1Sm",
+    Schedule.warpspecialized_2sm: "cutlass::epilogue::TmaWarpSpecialized2Sm",
 }
 CPP_TILE_SCHEDULER = {
     TileScheduler.persistent: "cutlass::gemm::PersistentScheduler",
@@ -176,21 +183,22 @@ def _describe(op: ir.Operand) -> str:
 
 
 def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
-    """The flat dict of values one render of ``sm90_gemm.cu.j2`` takes (useful for tests and tools).
+    """The flat dict of values one render of a GEMM template takes (useful for tests and tools).
 
     Raises:
-        CheckError: the kernel still has open choices or breaks an SM90 rule.
+        CheckError: the kernel still has open choices or breaks a rule of its target.
     """
     if not kernel.is_concrete():
         open_ = ", ".join(sorted(kernel.choices()))
         raise CheckError([Diagnostic(f"kernel {kernel.name!r} still has open choices ({open_}); pick values "
                                      "(ucutlass tune does, or ucutlass compile --pick KEY=VALUE) before compiling",
                                      kernel.pos, code="open-choices")])
-    problems = [d for d in sm90.check_kernel(kernel) if d.severity == "error"]
+    problems = [d for d in arch.check_kernel(kernel) if d.severity == "error"]
     if problems:
         raise CheckError(problems)
     kernel = kernel.build_config()  # run-time settings are arguments, not code: one build serves them all
-    schedule = sm90.resolve_schedule(kernel)
+    schedule = arch.resolve_schedule(kernel)
+    cta_tile = arch.sm100.cta_tile(kernel) if kernel.target is ir.Target.sm100 else kernel.tile
     abi = abi_of(kernel)
     tree = _TreeBuilder(kernel, abi)
     root = tree.build(kernel.epilogue, root=True)
@@ -226,7 +234,7 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
         "layout_d": _cutlass_layout(d, "N"),
         "align_a": align(a.dtype), "align_b": align(b.dtype),
         "align_c": align(c.dtype) if c else align(d.dtype), "align_d": align(d.dtype),
-        "tile": list(kernel.tile), "cluster": list(kernel.cluster),
+        "tile": list(kernel.tile), "cta_tile": list(cta_tile), "cluster": list(kernel.cluster),
         "kernel_schedule": CPP_KERNEL_SCHEDULE[schedule],
         "epilogue_schedule": CPP_EPILOGUE_SCHEDULE[schedule],
         "tile_scheduler": CPP_TILE_SCHEDULER[kernel.scheduler],
@@ -247,7 +255,7 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
     }
 
 
-TEMPLATES = {("gemm", ir.Target.sm90): "sm90_gemm.cu.j2"}
+TEMPLATES = {("gemm", ir.Target.sm90): "sm90_gemm.cu.j2", ("gemm", ir.Target.sm100): "sm100_gemm.cu.j2"}
 
 
 def render(kernel: GemmKernel, source_file: str = "<string>") -> str:

@@ -11,8 +11,9 @@ Three steps, each a plain function of the one before (DESIGN.md, "How data flows
    :class:`~ucutlass.errors.Diagnostic`; if any, :class:`~ucutlass.errors.UcutSyntaxError` is raised with
    all of them.
 
-:func:`check` then runs the architecture rules (:mod:`ucutlass.arch.sm90`) on a lowered kernel, and on a
-kernel with open ``{…}`` choices checks every combination (:func:`legal_combinations`).
+:func:`check` then runs the architecture rules of each kernel's target (:func:`ucutlass.arch.check_kernel`:
+:mod:`~ucutlass.arch.sm90` or :mod:`~ucutlass.arch.sm100`) on a lowered kernel, and on a kernel with open
+``{…}`` choices checks every combination (:func:`legal_combinations`).
 
 Example:
     >>> from ucutlass import dsl
@@ -86,7 +87,7 @@ EPILOGUE_DIMS: dict[tuple[str, ...], EpilogueInputKind] = {
 }
 
 
-#: Diagnostic codes of :func:`parse` and :func:`check` (arch rule codes are in ``ucutlass.arch.sm90.RULES``).
+#: Diagnostic codes of :func:`parse` and :func:`check` (arch rule codes are in ``ucutlass.arch.RULES``).
 ERROR_CODES: dict[str, str] = {
     "syntax": "the text does not parse",
     "unknown-family": "kernel family other than gemm",
@@ -1014,7 +1015,7 @@ def legal_combinations(kernel: GemmKernel, extents: Mapping[str, int] | None = N
         e.g. ``{"tile": (128, 128, 64), "schedule": Schedule.pingpong}``) that pass; ``rejected`` pairs each
         other pick with the errors it breaks. Both in the order of the product of the options.
     """
-    from .arch.sm90 import check_kernel
+    from .arch import check_kernel
 
     choices = kernel.choices()
     keys = list(choices)
@@ -1030,7 +1031,7 @@ def legal_combinations(kernel: GemmKernel, extents: Mapping[str, int] | None = N
 def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | None = None) -> list[Diagnostic]:
     """Run the architecture rules on a program or one kernel.
 
-    A concrete kernel gets the rule violations of :func:`ucutlass.arch.sm90.check_kernel`. A kernel with
+    A concrete kernel gets the rule violations of :func:`ucutlass.arch.check_kernel`. A kernel with
     open choices is checked in every combination: each rule that *every* combination breaks is reported
     as an error, followed by a summary (severity ``note`` when some combinations are legal, ``error``
     when none is) that counts the legal combinations and names the rules that rejected the others.
@@ -1042,7 +1043,7 @@ def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | 
     Returns:
         The diagnostics; no ``error`` among them means every kernel (or some combination) is legal.
     """
-    from .arch.sm90 import check_kernel
+    from .arch import check_kernel
 
     kernels = program_or_kernel.kernels if isinstance(program_or_kernel, Program) else (program_or_kernel,)
     out: list[Diagnostic] = []
@@ -1063,7 +1064,9 @@ def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | 
         for _, errs in rejected:
             for code in dict.fromkeys(d.code for d in errs):
                 counts[code] = counts.get(code, 0) + 1
-        message = f"{len(legal)} of {total} combinations of the open choices ({keys}) pass the sm90 rules"
+        targets = kernel.target.options if isinstance(kernel.target, ir.Choice) else (kernel.target,)
+        rules = "/".join(t.value for t in targets)
+        message = f"{len(legal)} of {total} combinations of the open choices ({keys}) pass the {rules} rules"
         if counts:
             message += "; rejected by " + ", ".join(f"{code} ({n})" for code, n in counts.items())
         out.append(Diagnostic(message, kernel.pos, code="choices", severity="note" if legal else "error"))

@@ -59,12 +59,19 @@ class Target(enum.Enum):
 
 
 class Schedule(enum.Enum):
-    """Mainloop KernelSchedule. ``auto`` lets the arch rules pick (see ``ucutlass.arch.sm90``)."""
+    """Mainloop KernelSchedule. ``auto`` lets the arch rules pick (``ucutlass.arch.sm90`` / ``.sm100``).
+
+    The names are CUTLASS's type names without ``Kernel``, ``Tma`` and the arch suffix. sm90 takes
+    ``cooperative``, ``pingpong`` and ``warpspecialized``; sm100 takes ``warpspecialized_1sm`` and
+    ``warpspecialized_2sm`` (one tcgen05 MMA per SM, or one MMA over the two SMs of a CTA pair).
+    """
 
     auto = "auto"
-    cooperative = "cooperative"  # KernelTmaWarpSpecializedCooperative
-    pingpong = "pingpong"  # KernelTmaWarpSpecializedPingpong
-    warpspecialized = "warpspecialized"  # KernelTmaWarpSpecialized (not persistent)
+    cooperative = "cooperative"  # sm90 KernelTmaWarpSpecializedCooperative
+    pingpong = "pingpong"  # sm90 KernelTmaWarpSpecializedPingpong
+    warpspecialized = "warpspecialized"  # sm90 KernelTmaWarpSpecialized (not persistent)
+    warpspecialized_1sm = "warpspecialized_1sm"  # sm100 KernelTmaWarpSpecialized1SmSm100
+    warpspecialized_2sm = "warpspecialized_2sm"  # sm100 KernelTmaWarpSpecialized2SmSm100
 
 
 class TileScheduler(enum.Enum):
@@ -268,7 +275,8 @@ class GemmKernel:
     """One GEMM kernel: D = epilogue(A·B [, C, extra inputs]).
 
     Shapes: A is M×K, B is K×N (declared either as ``[N, K]`` or ``[K, N]``), C and D are M×N.
-    ``tile`` and ``cluster`` are (M, N, K) triples (TileShape, ClusterShape); ``stages`` is the
+    ``tile`` and ``cluster`` are (M, N, K) triples (TileShape, ClusterShape; on sm100 ``tile`` is the MMA
+    tile, MmaTileShape_MNK, which a ``warpspecialized_2sm`` kernel splits over two CTAs); ``stages`` is the
     mainloop pipeline depth or None for ``auto`` (StageCountAutoCarveout). ``split_k`` (> 1: split-K
     with the stream-K scheduler), ``raster`` and ``swizzle`` are tile-scheduler arguments given at run
     time (:data:`RUNTIME_SETTINGS`): :meth:`build_digest` ignores them.

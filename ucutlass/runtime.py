@@ -1,9 +1,14 @@
 """Load a compiled kernel (.so) with ctypes and call it on torch tensors.
 
-The shared object exports the C ABI of ``templates/sm90_gemm.cu.j2`` (see :mod:`ucutlass.codegen`).
-Calls go on the current torch CUDA stream of the tensors' device; the workspace comes from torch's
-allocator. Everything a kernel would reject later (device, dtype, shape, strides, 16-byte alignment)
-is checked first and reported with the operand's name.
+The shared object exports the C ABI of the GEMM templates (``templates/_gemm_common.j2``; see
+:mod:`ucutlass.codegen`). Calls go on the current torch CUDA stream of the tensors' device; the workspace
+comes from torch's allocator. Everything a kernel would reject later (the GPU's architecture, device,
+dtype, shape, strides, 16-byte alignment) is checked first and reported with the operand's name.
+
+Kernels are compiled for an arch-specific target (``sm_90a``, ``sm_100a``), whose code runs only on GPUs of
+exactly that compute capability (CUDA C++ Programming Guide, "Feature Set Compiler Targets": ``a``
+targets are not forward compatible): :func:`check_device` refuses, before any launch, an sm100 kernel on
+an H200 or an sm90 kernel on a B200.
 """
 
 from __future__ import annotations
@@ -18,7 +23,35 @@ from typing import Any, Mapping, Sequence
 
 from .codegen import ABI_VERSION, Abi, abi_of
 from .errors import KernelRuntimeError
-from .ir import DType, EpilogueInputKind, GemmKernel, Layout, RasterOrder
+from .ir import DType, EpilogueInputKind, GemmKernel, Layout, RasterOrder, Target
+
+#: The compute capability whose GPUs run each target's code, and how to name the target in messages.
+TARGET_CAPABILITY: dict[Target, tuple[int, int]] = {Target.sm90: (9, 0), Target.sm100: (10, 0)}
+TARGET_NAME: dict[Target, str] = {Target.sm90: "Hopper, sm_90a", Target.sm100: "Blackwell, sm_100a"}
+
+
+def device_mismatch(target: Target, device: Any = None) -> str | None:
+    """Why a kernel built for ``target`` cannot run on ``device`` (a CUDA device or index; None: the current
+    one), or None when it can. Needs CUDA; ``torch.cuda.get_device_capability`` tells the GPU's arch."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) == TARGET_CAPABILITY[target]:
+        return None
+    return (f"kernel built for {target.value} ({TARGET_NAME[target]}); this GPU is sm_{major}{minor} "
+            f"({torch.cuda.get_device_name(device)}): compile only here")
+
+
+def check_device(target: Target, device: Any = None) -> None:
+    """Raise :class:`KernelRuntimeError` when a kernel built for ``target`` cannot run on ``device``.
+
+    Example message: ``kernel built for sm100 (Blackwell, sm_100a); this GPU is sm_90 (NVIDIA H200):
+    compile only here``.
+    """
+    why = device_mismatch(target, device)
+    if why:
+        raise KernelRuntimeError(why)
+
 
 _STATUS_RANGES = (
     (100, "can_implement rejected the arguments"),
@@ -203,6 +236,7 @@ class CompiledKernel:
         device = a.device if isinstance(a, torch.Tensor) else None
         if device is None or device.type != "cuda":
             raise KernelRuntimeError(f"{k.name}: operands must be CUDA tensors (a is on {device})")
+        check_device(k.target, device)  # before any launch: an sm_100a kernel cannot run on an H200
         extents: dict[str, int] = {}
         tensors = dict(zip(self.abi.ptr_names, values))
         for op in k.operands:
@@ -301,4 +335,8 @@ def load_solution(payload: Mapping[str, Any], problem: Any):
 
     program = parse(payload["source"], payload.get("file", "<solution>"))
     kernel = program.kernel(payload.get("kernel"))
+    import torch
+
+    if torch.cuda.is_available():
+        check_device(kernel.target)  # refuse before grading starts (the first call would refuse too)
     return bind(kernel, problem).callable(load_kernel(payload["so_path"], kernel))

@@ -1,1 +1,53 @@
-"""Architecture rules: what each target accepts, checked before nvcc."""
+"""Architecture rules: what each target accepts, checked before nvcc.
+
+:func:`check_kernel` is the one entry point: it picks the rules of the kernel's ``target``
+(:mod:`ucutlass.arch.sm90` for Hopper, :mod:`ucutlass.arch.sm100` for Blackwell). :func:`resolve_schedule`
+and :data:`RULES` do the same for the schedule ``auto`` resolves to and for the rule codes.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Mapping
+
+from ..errors import Diagnostic
+from ..ir import Choice, GemmKernel, Schedule, Target
+from . import sm90, sm100
+
+__all__ = ["check_kernel", "resolve_schedule", "rules_for", "RULES", "TARGET_RULES"]
+
+#: The rules module of each target.
+TARGET_RULES: dict[Target, ModuleType] = {Target.sm90: sm90, Target.sm100: sm100}
+
+#: Every rule code of every target, with what it checks (the card, docs/DSL.md, lists them all).
+RULES: dict[str, str] = {**sm90.RULES, **sm100.RULES}
+
+
+def rules_for(kernel: GemmKernel) -> ModuleType:
+    """The rules module of ``kernel.target``.
+
+    Raises:
+        ValueError: the target is still an open choice.
+    """
+    if isinstance(kernel.target, Choice):
+        raise ValueError(f"kernel {kernel.name!r}: target is an open choice; resolve it first")
+    return TARGET_RULES[kernel.target]
+
+
+def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -> list[Diagnostic]:
+    """Every rule of its target that a concrete kernel breaks (see ``sm90.check_kernel``, ``sm100.check_kernel``).
+
+    Args:
+        kernel: a kernel without open choices.
+        extents: optional problem extents by dim name (``{"M": 4096, "N": 4096, "K": 4096}``) for the
+            alignment and split-K rules.
+
+    Raises:
+        ValueError: the kernel still has open choices.
+    """
+    return rules_for(kernel).check_kernel(kernel, extents)
+
+
+def resolve_schedule(kernel: GemmKernel) -> Schedule:
+    """The schedule the kernel runs on its target (``auto`` resolved by that target's rules)."""
+    return rules_for(kernel).resolve_schedule(kernel)

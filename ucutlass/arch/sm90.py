@@ -25,7 +25,18 @@ import math
 from typing import Mapping
 
 from ..errors import Diagnostic
-from ..ir import Choice, DType, EpilogueInputKind, GemmKernel, Layout, Pos, Schedule, Target, TileScheduler
+from ..ir import DType, EpilogueInputKind, GemmKernel, Layout, Schedule, Target, TileScheduler
+from . import _common
+from ._common import (CLUSTER_EXTENTS, MAX_CLUSTER_SIZE, MIN_STAGES, SWIZZLE_SIZES, TILE_K_BYTES,
+                      TMA_ALIGNMENT_BYTES)
+from ._common import contiguous as _contiguous
+from ._common import diag as _diag
+from ._common import kib as _kib
+from ._common import pos as _pos
+from ._common import require_concrete as _require_concrete
+from ._common import round_up as _round_up
+from ._common import spell as _spell
+from ._common import swizzle_alignment as _swizzle_alignment
 
 __all__ = [
     "check_kernel", "resolve_schedule", "mainloop_stages", "auto_stages", "max_stages", "smem_bytes",
@@ -42,13 +53,6 @@ __all__ = [
 #: CUTLASS: ``cutlass/gemm/collective/builders/sm90_common.inl:57`` ``sm90_smem_capacity_bytes = 232448``;
 #: CUDA C++ Programming Guide, compute capability 9.0: 227 KB of shared memory per block (opt-in).
 SMEM_CAPACITY_BYTES = 232448
-
-#: TMA needs 16-byte aligned global strides: ``sm90_common.inl:55`` ``tma_alignment_bytes = 16``.
-TMA_ALIGNMENT_BYTES = 16
-
-#: The mainloop needs at least two stages: ``cutlass/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp:137``
-#: ``static_assert(DispatchPolicy::Stages >= 2, "Specialization requires Stages set to value 2 or more.")``.
-MIN_STAGES = 2
 
 #: ``compute_stage_count_or_override`` rounds stage bytes and the carveout to 128 bytes
 #: (``cutlass/gemm/collective/builders/sm90_gmma_builder.inl:70``, ``int alignment = 128``).
@@ -85,30 +89,12 @@ EPI_TILE_N = 32
 TILE_N_MULTIPLE = 16
 TILE_N_MAX = 256
 
-#: Tile K x element bytes: 64, 128 or 256 bytes, i.e. the 64-byte swizzle atom or one or two 128-byte ones
-#: (``Layout_K_SW64_Atom`` / ``Layout_K_SW128_Atom``, ``cute/atom/mma_traits_sm90_gmma.hpp:83-84``, chosen by
-#: ``ss_smem_selector``, ``sm90_common.inl:302``); bf16/f16: K in {32, 64, 128}, f32 (tf32): {16, 32, 64}.
-#: CUTLASS also compiles other multiples of the 16-byte interleaved atom (e.g. K = 256 bf16), but they leave
-#: too few stages to pipeline or too small wgmma K steps; this practical set is what ucutlass accepts.
-TILE_K_BYTES = (64, 128, 256)
-
-#: Cluster extents along M and N: TMA multicast of B along cluster M and of A along cluster N
-#: (``sm90_gmma_builder.inl`` ``sm90_cluster_shape_to_tma_atom``); the tile scheduler divides by them as powers
-#: of two (``cutlass/gemm/kernel/tile_scheduler_params.h:91`` ``FastDivmodU64Pow2``) and ignores cluster K
-#: (``tile_scheduler_params.h:58`` ``cluster_size = m * n``), so cluster K must be 1.
-CLUSTER_EXTENTS = (1, 2, 4, 8)
-
-#: At most 8 CTAs in a cluster: the portable cluster size (CUDA C++ Programming Guide, "Thread Block
-#: Clusters": "a maximum of 8 thread blocks in a cluster is supported as a portable cluster size").
-MAX_CLUSTER_SIZE = 8
+#: Schedules of this target (``auto`` resolves to one of the others, :func:`resolve_schedule`).
+SCHEDULES = (Schedule.auto, Schedule.cooperative, Schedule.pingpong, Schedule.warpspecialized)
 
 #: Rule codes and what each checks (the card, docs/DSL.md, lists them).
-#: max_swizzle_size values of the sm90 tile schedulers (cutlass/gemm/kernel/tile_scheduler_params.h,
-#: get_log_swizzle_size: 1, 2, 4 or 8).
-SWIZZLE_SIZES = (1, 2, 4, 8)
-
 RULES: dict[str, str] = {
-    "sm90.target": "target must be sm90 (sm100 gemm comes later)",
+    "sm90.schedule": "schedule is auto, cooperative, pingpong or warpspecialized (the sm100 ones are not)",
     "sm90.mixed-input": "a and b have the same dtype (mixed-input GEMM comes later)",
     "sm90.accum": "accum is f32 (f16 only with f16 a and b)",
     "sm90.tf32-k-major": "f32 a and b (tf32 wgmma) are both K-major",
@@ -132,56 +118,17 @@ RULES: dict[str, str] = {
 # --- helpers ---------------------------------------------------------------------------------------------
 
 
-def _round_up(x: int, a: int) -> int:
-    return (x + a - 1) // a * a
-
-
-def _spell(value: object) -> str:
-    if isinstance(value, tuple):
-        return "x".join(str(v) for v in value)
-    return getattr(value, "value", None) or str(value)
-
-
-def _pos(kernel: GemmKernel, key: str) -> Pos:
-    pos = kernel.setting_pos.get(key) if kernel.setting_pos else None
-    if pos is None and "." in key:
-        op = getattr(kernel, key.split(".", 1)[0], None)
-        pos = getattr(op, "pos", None)
-    return pos if pos is not None else kernel.pos
-
-
-def _require_concrete(kernel: GemmKernel) -> None:
-    if not kernel.is_concrete():
-        raise ValueError(f"kernel {kernel.name!r} has open choices {sorted(kernel.choices())}; "
-                         "resolve them first (GemmKernel.resolve or dsl.legal_combinations)")
-
-
 def resolve_schedule(kernel: GemmKernel) -> Schedule:
     """The schedule a kernel runs: ``auto`` becomes cooperative when tile M >= 128 and M % 128 == 0, else pingpong.
 
     Raises:
         ValueError: the schedule or the tile is still an open choice.
     """
-    if isinstance(kernel.schedule, Choice) or isinstance(kernel.tile, Choice):
-        raise ValueError(f"kernel {kernel.name!r}: schedule and tile must be concrete to resolve the schedule")
+    _common.require_concrete_schedule(kernel)
     if kernel.schedule is not Schedule.auto:
         return kernel.schedule
     tile_m = kernel.tile[0]
     return Schedule.cooperative if tile_m >= 128 and tile_m % 128 == 0 else Schedule.pingpong
-
-
-def _contiguous(dims: tuple[str, ...], layout: Layout) -> str:
-    return dims[-1] if layout is Layout.row else dims[0]
-
-
-def _swizzle_alignment(row_bytes: int) -> int:
-    """``alignment_for_swizzle`` of the smem atom ``ss_smem_selector`` picks for a contiguous run of
-    ``row_bytes``: SW128 -> 1024, SW64 -> 512, SW32 -> 256, interleaved -> 128
-    (``cutlass/detail/layout.hpp:420``: 1 << (B + M + S) of ``Swizzle<B, 4, 3>``)."""
-    for atom, align in ((128, 1024), (64, 512), (32, 256)):
-        if row_bytes % atom == 0:
-            return align
-    return 128
 
 
 def epilogue_tile(kernel: GemmKernel) -> tuple[int, int]:
@@ -313,19 +260,6 @@ def max_stages(kernel: GemmKernel) -> int:
 # --- the rules -------------------------------------------------------------------------------------------
 
 
-def _diag(code: str, message: str, pos: Pos, valid=()) -> Diagnostic:
-    return Diagnostic(message, pos, tuple(str(v) for v in valid), code=code)
-
-
-def _kib(n: int) -> str:
-    return f"{n / 1024:.1f}".rstrip("0").rstrip(".") + " KiB"
-
-
-def _nearest_multiples(extent: int, multiple: int) -> tuple[int, ...]:
-    low = extent // multiple * multiple
-    return tuple(v for v in (low, low + multiple) if v > 0)
-
-
 def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -> list[Diagnostic]:
     """Every sm90 rule a concrete kernel breaks (an empty list when nvcc and the runtime should accept it).
 
@@ -342,8 +276,8 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
     """
     _require_concrete(kernel)
     if kernel.target is not Target.sm90:
-        msg = f"target {_spell(kernel.target)}: {_spell(kernel.target)} gemm comes later"
-        return [_diag("sm90.target", msg, _pos(kernel, "target"), ("sm90",))]
+        raise ValueError(f"kernel {kernel.name!r} targets {_spell(kernel.target)}: check it with "
+                         "ucutlass.arch.check_kernel, which picks the target's rules")
 
     out: list[Diagnostic] = []
     a, b = kernel.a, kernel.b
@@ -351,21 +285,23 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
     tile = _spell(kernel.tile)
 
     # element types
-    if a.dtype is not b.dtype:
-        out.append(_diag("sm90.mixed-input", f"a is {a.dtype.value} but b is {b.dtype.value}: a and b must have "
-                         "the same dtype (mixed-input GEMM comes later)", _pos(kernel, "b.dtype"), (a.dtype.value,)))
-    valid_accum = ("f32", "f16") if a.dtype is DType.f16 and b.dtype is DType.f16 else ("f32",)
-    if kernel.accum.value not in valid_accum:
-        why = ("wgmma accumulates bf16 and tf32 products in f32 only" if kernel.accum is not DType.bf16
-               else "wgmma has no bf16 accumulator")
-        out.append(_diag("sm90.accum", f"accum = {kernel.accum.value} with {a.dtype.value} inputs: {why}",
-                         _pos(kernel, "accum"), valid_accum))
+    out += _common.check_element_types(kernel, "sm90", "wgmma")
     for op, tag in ((a, "a"), (b, "b")):
         if op.dtype is DType.f32 and op.contiguous_dim != "K":
             k_major = f"[{op.dims[0] if op.dims[0] != 'K' else op.dims[1]}, K] row"
             out.append(_diag("sm90.tf32-k-major", f"{tag} is f32 (tf32 wgmma), which reads only K-major tiles, but "
                              f"{tag} is contiguous in {op.contiguous_dim}: declare {tag} : f32{k_major}",
                              _pos(kernel, f"{tag}.layout"), ("row" if op.dims[-1] == "K" else "col",)))
+
+    # a schedule of another target: the tile rules below would not mean anything
+    if kernel.schedule not in SCHEDULES:
+        out.append(_diag("sm90.schedule", f"schedule {kernel.schedule.value} is an sm100 schedule; an sm90 kernel "
+                         "runs auto, cooperative, pingpong or warpspecialized (or set target = sm100)",
+                         _pos(kernel, "schedule"), tuple(s.value for s in SCHEDULES)))
+        out += _common.check_tile_k(kernel, "sm90") + _common.check_cluster(kernel, "sm90")
+        out += _common.check_scheduler_arguments(kernel, extents, "sm90")
+        out += _common.check_stages_min(kernel, "sm90", "TMA")
+        return out + _common.check_alignment(kernel, extents, "sm90")
 
     # tile and schedule
     schedule = resolve_schedule(kernel)
@@ -390,25 +326,12 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
                          f"from {TILE_N_MULTIPLE} to {TILE_N_MAX} (one wgmma is at most 256 wide)",
                          _pos(kernel, "tile"), range(TILE_N_MULTIPLE, TILE_N_MAX + 1, TILE_N_MULTIPLE)))
         tile_ok = False
-    elem = a.dtype.bytes
-    valid_k = tuple(n // elem for n in TILE_K_BYTES)
-    if tile_k * elem not in TILE_K_BYTES:
-        out.append(_diag("sm90.tile-k", f"tile {tile}: tile K {tile_k} x {elem} bytes ({a.dtype.value}) = "
-                         f"{tile_k * elem} bytes; it must be 64, 128 or 256 bytes (the 128-byte smem swizzle "
-                         "atom)", _pos(kernel, "tile"), valid_k))
-        tile_ok = False
+    tile_k_diags = _common.check_tile_k(kernel, "sm90")
+    out += tile_k_diags
+    tile_ok = tile_ok and not tile_k_diags
 
     # cluster
-    cm, cn, ck = kernel.cluster
-    cluster = _spell(kernel.cluster)
-    if cm not in CLUSTER_EXTENTS or cn not in CLUSTER_EXTENTS or ck != 1:
-        out.append(_diag("sm90.cluster-shape", f"cluster {cluster}: cluster M and N must be 1, 2, 4 or 8 and "
-                         "cluster K must be 1 (TMA multicasts along M and N only)", _pos(kernel, "cluster"),
-                         ("1x1x1", "2x1x1", "1x2x1", "2x2x1", "4x1x1", "1x4x1", "8x1x1", "4x2x1", "2x4x1")))
-    elif cm * cn > MAX_CLUSTER_SIZE:
-        out.append(_diag("sm90.cluster-size", f"cluster {cluster} has {cm * cn} CTAs; the portable cluster "
-                         f"size is at most {MAX_CLUSTER_SIZE}", _pos(kernel, "cluster"),
-                         ("8x1x1", "4x2x1", "2x4x1", "1x8x1")))
+    out += _common.check_cluster(kernel, "sm90")
 
     # tile scheduler
     if kernel.scheduler is TileScheduler.stream_k and schedule is not Schedule.cooperative:
@@ -419,27 +342,12 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
                          _pos(kernel, "scheduler"), ("persistent",)))
 
     # run-time tile-scheduler arguments
-    if kernel.split_k > 1 and kernel.scheduler is not TileScheduler.stream_k:
-        out.append(_diag("sm90.split-k-scheduler", f"split_k = {kernel.split_k} with scheduler "
-                         f"{kernel.scheduler.value}: only CUTLASS's stream-K tile scheduler splits K "
-                         "(PersistentScheduler has no splits argument); set scheduler = stream_k or split_k = 1",
-                         _pos(kernel, "split_k"), ("1",)))
-    if kernel.swizzle not in SWIZZLE_SIZES:
-        out.append(_diag("sm90.swizzle", f"swizzle = {kernel.swizzle}: the tile scheduler swizzles by a power of "
-                         "two up to 8 (max_swizzle_size)", _pos(kernel, "swizzle"),
-                         tuple(str(v) for v in SWIZZLE_SIZES)))
-    if extents and extents.get("K") and kernel.split_k > 1:
-        k_tiles = -(-int(extents["K"]) // tile_k)
-        if kernel.split_k > k_tiles:
-            out.append(_diag("sm90.split-k-range", f"split_k = {kernel.split_k} but K = {extents['K']} has only "
-                             f"{k_tiles} tiles of {tile_k}: each split needs at least one K tile",
-                             _pos(kernel, "split_k"), tuple(str(v) for v in (1, 2, 4, 8) if v <= k_tiles)))
+    out += _common.check_scheduler_arguments(kernel, extents, "sm90")
 
     # stages and shared memory (only meaningful for a tile the rules above accept)
-    if kernel.stages is not None and kernel.stages < MIN_STAGES:
-        out.append(_diag("sm90.stages-min", f"stages = {kernel.stages}: the TMA mainloop needs at least "
-                         f"{MIN_STAGES} stages", _pos(kernel, "stages"), ("auto", "2", "3", "4")))
-    elif tile_ok:
+    stages_min = _common.check_stages_min(kernel, "sm90", "TMA")
+    out += stages_min
+    if tile_ok and not stages_min:
         if kernel.stages is None:
             n = auto_stages(kernel)
             if n < MIN_STAGES:
@@ -460,20 +368,4 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
                                  if most >= MIN_STAGES else ()))
 
     # 16-byte alignment of the contiguous dim, for the extents we know
-    if extents:
-        tensors: list[tuple[str, tuple[str, ...], Layout, DType, Pos]] = [
-            (op.name, op.dims, op.layout, op.dtype, op.pos) for op in kernel.operands]
-        tensors += [(inp.name, inp.dims, inp.layout, inp.dtype, inp.pos) for inp in kernel.epilogue_inputs
-                    if inp.kind is not EpilogueInputKind.scalar]
-        for name, dims, layout, dtype, pos in tensors:
-            dim = _contiguous(dims, layout)
-            extent = extents.get(dim)
-            if extent is None or (extent * dtype.bytes) % TMA_ALIGNMENT_BYTES == 0:
-                continue
-            multiple = TMA_ALIGNMENT_BYTES // math.gcd(TMA_ALIGNMENT_BYTES, dtype.bytes)
-            nearest = _nearest_multiples(extent, multiple)
-            out.append(_diag("sm90.align", f"{name}: its contiguous dim {dim} = {extent} {dtype.value} elements is "
-                             f"{extent * dtype.bytes} bytes, not a multiple of {TMA_ALIGNMENT_BYTES} (TMA needs "
-                             f"16-byte aligned rows); nearest valid {dim}: "
-                             f"{', '.join(str(v) for v in nearest)}", pos if pos.line else kernel.pos, nearest))
-    return out
+    return out + _common.check_alignment(kernel, extents, "sm90")
