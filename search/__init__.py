@@ -71,7 +71,8 @@ class TunePlan:
         for w in self.tuned:
             ext = self.binding.extents(w)
             sol = f"  T_SOL {t_sol_ms(w):.4f} ms" if t_sol_ms and t_sol_ms(w) else ""
-            lines.append(f"  {w.label():<40} M={ext['M']} N={ext['N']} K={ext['K']}{sol}")
+            dims = " ".join(f"{d}={v}" for d, v in ext.items())  # M N K, or attention's B Sq Sk Hq Hkv D
+            lines.append(f"  {w.label():<40} {dims}{sol}")
         return "\n".join(lines)
 
 

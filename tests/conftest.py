@@ -38,3 +38,19 @@ def sol_execbench_dir() -> Path:
     if not SHARED_SOL_EXECBENCH.is_dir():
         pytest.skip(f"{SHARED_SOL_EXECBENCH} not present")
     return SHARED_SOL_EXECBENCH
+
+
+@pytest.fixture(scope="session")
+def kernel_cache(tmp_path_factory) -> Path:
+    """Where the GPU tests build their kernels: a fresh temporary cache, or ``$UCUTLASS_TEST_KERNEL_CACHE``.
+
+    The device scripts (scripts/device_gpu_tests.sh) pre-build every tests/kernels file there in one
+    parallel nvcc round, so the GPU modules do not each wait for a round of their own. The compile tests
+    (marker ``nvcc``) never use it: they always build in a fresh cache.
+    """
+    given = os.environ.get("UCUTLASS_TEST_KERNEL_CACHE")
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return tmp_path_factory.mktemp("kernel-cache")

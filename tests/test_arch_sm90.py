@@ -87,6 +87,10 @@ BAD = [
     ("tile = 256x256x128", ABD, "", "sm90.smem-auto", 3),
     ("split_k = 4", ABD, "", "sm90.split-k-scheduler", 3),
     ("tile = 128x128x64 scheduler = stream_k swizzle = 3", ABD, "", "sm90.swizzle", 3),
+    ("alignment = 1", "a : bf16[M, K] row  b : bf16[N, K] row  d : f32[M, N] row", "", "sm90.align-cp-async", 3),
+    ("alignment = 4 cluster = 2x1x1", "a : bf16[M, K] row  b : bf16[N, K] row  d : f32[M, N] row", "",
+     "sm90.align-cp-async", 3),
+    ("alignment = 2", ABD, "epilogue { bias : bf16[N]  d = acc + bias }", "sm90.align-epilogue", 3),
 ]
 
 
@@ -101,7 +105,10 @@ def test_each_rule_fires_alone_at_the_setting(settings, operands, epilogue, code
 
 
 def test_every_rule_has_a_failing_case():
-    assert {code for *_, code, _ in BAD} | {"sm90.align", "sm90.split-k-range"} == set(sm90.RULES)
+    from test_fp8 import BAD_SM90  # the FP8 rules (scales, fast accumulation) have their cases there
+
+    fp8 = {code for _, code in BAD_SM90}
+    assert {code for *_, code, _ in BAD} | {"sm90.align", "sm90.split-k-range"} | fp8 == set(sm90.RULES)
 
 
 def test_split_k_needs_k_tiles_when_extents_are_known():
@@ -145,7 +152,8 @@ def test_messages_name_the_values_and_the_fix():
     assert d.pos.line == 3 and d.valid == ("persistent",)
     (d,) = sm90.check_kernel(kernel("schedule = warpspecialized_2sm"))
     assert "an sm100 schedule" in d.message and "target = sm100" in d.message
-    assert d.valid == ("auto", "cooperative", "pingpong", "warpspecialized")
+    assert d.valid == ("auto", "cooperative", "pingpong", "warpspecialized", "cooperative_fp8_fastaccum",
+                       "pingpong_fp8_fastaccum", "warpspecialized_fp8_fastaccum")
     (d,) = sm90.check_kernel(kernel("tile = 128x128x48"))
     assert d.valid == ("32", "64", "128")
     (d,) = sm90.check_kernel(kernel("tile = 128x128x8", "a : f32[M, K] row  b : f32[N, K] row  d : f32[M, N]"))

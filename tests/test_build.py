@@ -66,6 +66,20 @@ def test_cache_key_depends_on_source_and_target_only_through_content():
 
 
 @pytest.mark.nvcc
+def test_cache_key_ignores_which_ucut_file_the_kernel_came_from():
+    """One kernel reached through two paths (an installed problem's kernel.ucut and the repository's copy)
+    is one cache entry: the provenance comment is not part of the key, the code is."""
+    from ucutlass.codegen import render
+    from ucutlass.dsl import parse_file
+
+    kernel = parse_file(Path(__file__).parent / "kernels" / "stream_k.ucut").kernel()
+    a, b = render(kernel, "/site-packages/problems/x/kernel.ucut"), render(kernel, "problems/x/kernel.ucut")
+    assert a != b  # the comment names the file
+    assert build.cache_key(a, "sm90") == build.cache_key(b, "sm90")
+    assert build.cache_key(a, "sm90") != build.cache_key(a.replace("ucut_run", "ucut_run2"), "sm90")
+
+
+@pytest.mark.nvcc
 def test_build_then_cache_hit(tmp_path):
     first = build.build_source(TINY % 7, "tiny", root=tmp_path, timeout_s=300)
     assert first.ok and not first.cached and first.so_path.is_file()

@@ -208,7 +208,8 @@ def test_both_targets_share_one_copy_of_the_evt_and_the_abi():
 def test_templates_cover_both_targets():
     from ucutlass.ir import Target
 
-    assert codegen.TEMPLATES == {("gemm", Target.sm90): "sm90_gemm.cu.j2", ("gemm", Target.sm100): "sm100_gemm.cu.j2"}
+    gemm = {key: name for key, name in codegen.TEMPLATES.items() if key[0] == "gemm"}  # other families: own tests
+    assert gemm == {("gemm", Target.sm90): "sm90_gemm.cu.j2", ("gemm", Target.sm100): "sm100_gemm.cu.j2"}
 
 
 def test_sm100_rule_violation_is_rejected_before_rendering():

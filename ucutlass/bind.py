@@ -4,17 +4,20 @@ A binding checks, before anything is compiled, that every operand names a tensor
 the same dtype, that every problem input and output is used, and that the GEMM modes (M, N, K) come out
 the same from every operand on every workload. Leading dimensions of a bound tensor fold into the
 first declared mode (``a : bf16[M, K] row <- hidden_states`` with hidden_states ``[batch, seq, hidden]``
-gives M = batch·seq, K = hidden).
+gives M = batch·seq, K = hidden). Batch dims declared on a, b and d (``a : bf16[B, H, M, K]``) are taken
+as they are: the tensor has exactly those dims. A kernel with ``alignment = auto`` is bound with the largest
+alignment every workload allows (:func:`resolve_alignment`): :attr:`Binding.kernel` is what to build.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .errors import CheckError, Diagnostic
-from .ir import EpilogueInputKind, GemmKernel, Layout, Pos
+from .ir import Choice, EpilogueInputKind, GemmKernel, Layout, Pos
 from .problem import Problem, Workload
 
 
@@ -109,6 +112,9 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
         CheckError: an operand without a binding, a name the problem does not have (valid names listed),
             a dtype mismatch, an unused problem input or output, or modes that disagree.
     """
+    if getattr(kernel, "family", "gemm") == "attention":  # q, k, v, o[, lse]: ucutlass.attention_runtime
+        from .attention_runtime import bind_attention
+        return bind_attention(kernel, problem)  # type: ignore[return-value]
     diags: list[Diagnostic] = []
     slots: list[Slot] = []
     ins, outs = problem.inputs, problem.outputs
@@ -138,12 +144,26 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
         slots.append(Slot(arg, binding, tuple(dims), layout, is_output, pos))
 
     for op in kernel.operands:
-        add(op.name, op.binding, op.dims, op.layout, op.dtype, op.name == "d", op.pos)
+        add(op.name, op.binding, op.batch + op.dims, op.layout, op.dtype, op.name == "d", op.pos)
     for inp in kernel.epilogue_inputs:
         if inp.kind is EpilogueInputKind.scalar and inp.value is not None:
             continue
-        add(inp.name, inp.binding, inp.dims, inp.layout, inp.dtype if inp.kind is not EpilogueInputKind.scalar
-            else None, False, inp.pos)
+        add(inp.name, inp.binding, inp.batch + inp.dims, inp.layout, inp.dtype
+            if inp.kind is not EpilogueInputKind.scalar else None, False, inp.pos)
+    groups = getattr(kernel, "groups", None)  # a grouped_gemm's m_sizes / m_offsets
+    if groups is not None:
+        add(groups.name, groups.binding, groups.dims, Layout.row, groups.dtype, False, groups.pos)
+    for out in kernel.epilogue_outputs:  # extra outputs (-> in the epilogue): stored or reduced
+        add(out.name, out.binding, out.dims, out.layout, out.dtype, True, out.pos)
+    for scale in kernel.scales:  # scale factors: [M, K/128] per block, or one element per tensor
+        spec = ins.get(scale.binding) if scale.binding else None
+        if not scale.per_tensor or spec is None or spec.shape is None:
+            add(scale.name, scale.binding, scale.dims, scale.layout, scale.dtype, False, scale.pos)
+            continue
+        if spec.dtype != scale.dtype.torch_name:
+            diags.append(Diagnostic(f"{scale.name} is {scale.dtype.value} but {problem.id}.{scale.binding} is "
+                                    f"{spec.dtype}", scale.pos, code="bind-dtype"))
+        slots.append(Slot(scale.name, scale.binding, (), scale.layout, False, scale.pos))
     used = {s.tensor for s in slots}
     for name in list(ins) + list(outs):
         if name not in used:
@@ -153,6 +173,52 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
     if diags:
         raise CheckError(diags)
     binding = Binding(kernel, problem, tuple(slots))
-    for w in problem.workloads:
-        binding.extents(w)  # raises on disagreement
-    return binding
+    extents = [binding.extents(w) for w in problem.workloads]  # raises on disagreement
+    _check_scale_extents(kernel, problem, extents)
+    return dataclasses.replace(binding, kernel=resolve_alignment(kernel, extents))
+
+
+def _check_scale_extents(kernel: GemmKernel, problem: Problem, extents: Sequence[Mapping[str, int]]) -> None:
+    """A blockwise scale's ``X/g`` extent is ceil(X / g) on every workload (``scale_a : f32[M, K/128]`` over a
+    [M, K] a has K/128 = ceil(K / 128) columns); a per-tensor scale is one element.
+
+    Raises:
+        CheckError: a scale tensor of the wrong extent.
+    """
+    from .ir import split_dim
+
+    diags = []
+    for scale in kernel.scales:
+        if scale.per_tensor:
+            spec = problem.inputs[scale.binding]  # type: ignore[index]
+            for w in problem.workloads:
+                shape = problem.shape(spec, problem.resolve_axes(w)) or ()
+                if math.prod(shape) != 1:
+                    diags.append(Diagnostic(f"{scale.name} <- {scale.binding}: a per-tensor scale is one element, "
+                                            f"but the problem's tensor is {list(shape)}", scale.pos, code="bind-shape"))
+                    break
+            continue
+        for ext in extents:
+            for dim in scale.dims:
+                base, div = split_dim(dim)
+                if div > 1 and base in ext and dim in ext and ext[dim] != -(-ext[base] // div):
+                    diags.append(Diagnostic(f"{scale.name}: {dim} is {ext[dim]} but {base} = {ext[base]} needs "
+                                            f"ceil({ext[base]} / {div}) = {-(-ext[base] // div)} blocks",
+                                            scale.pos, code="bind-extent"))
+    if diags:
+        raise CheckError(diags)
+
+
+def resolve_alignment(kernel: GemmKernel, extents: Sequence[Mapping[str, int]]) -> GemmKernel:
+    """``kernel`` with ``alignment = auto`` replaced by the largest alignment (8, 4, 2, 1 elements) that
+    every operand's contiguous extent allows in every one of ``extents``; unchanged when 16 bytes (TMA) does,
+    or when ``alignment`` is given (the rules then say whether it serves the extents)."""
+    from .arch._common import largest_alignment
+
+    if getattr(kernel, "family", "gemm") == "grouped_gemm":
+        return kernel  # grouped kernels load with TMA only (ucutlass.arch.sm90_grouped)
+    if kernel.alignment is not None or any(isinstance(v, Choice) for op in kernel.operands
+                                           for v in (op.dtype, op.layout)):
+        return kernel  # given (or an open choice), or the contiguous dims are not known yet
+    fit = largest_alignment(kernel, extents)
+    return kernel if fit is None else dataclasses.replace(kernel, alignment=fit)

@@ -76,7 +76,16 @@ def cmd_check(args) -> int:
                 text += [d.format() for d in e.diagnostics]
                 continue
             all_ext = [binding.extents(w) for w in problem.workloads]
-            text.append(f"{args.file}: kernel {kernel.name} binds to {problem.id} "
+            if getattr(binding, "kernel", kernel) is not kernel:  # alignment = auto, lowered for the extents
+                kernel = binding.kernel
+                text.append(f"{args.file}: kernel {kernel.name}: alignment = auto is {kernel.alignment} elements "
+                            "for these workloads (16 bytes does not divide every contiguous extent)")
+            if "M" not in all_ext[0]:  # attention: extents B, Sq, Sk, Hq, Hkv, D
+                text.append(f"{args.file}: kernel {kernel.name} binds to {problem.id} ({len(problem.workloads)} "
+                            "workloads; " + "; ".join(f"{d} in {sorted({e[d] for e in all_ext})}"
+                                                      for d in all_ext[0]) + ")")
+            else:
+                text.append(f"{args.file}: kernel {kernel.name} binds to {problem.id} "
                         f"({len(problem.workloads)} workloads; M from {min(e['M'] for e in all_ext)} to "
                         f"{max(e['M'] for e in all_ext)}, N = {sorted({e['N'] for e in all_ext})}, "
                         f"K = {sorted({e['K'] for e in all_ext})})")
@@ -229,7 +238,7 @@ def _solution_for_file(path: str, problem, args):
     if kernel.choices():
         raise UcutError(f"{path}: kernel {kernel.name} still has open choices ({', '.join(kernel.choices())}); "
                         "grade a concrete program (e.g. the best.ucut that tune writes) or use --pick")
-    bind(kernel, problem)
+    kernel = getattr(bind(kernel, problem), "kernel", kernel)  # alignment = auto lowered for the workloads
     import torch
 
     if torch.cuda.is_available():

@@ -28,7 +28,10 @@ from .ir import DType, EpilogueInputKind, GemmKernel, Layout, Schedule, TileSche
 ABI_VERSION = 2
 
 # C++ spellings beside the IR's identities (STYLE.md: identity apart from rendering).
-CPP_ELEMENT = {DType.bf16: "cutlass::bfloat16_t", DType.f16: "cutlass::half_t", DType.f32: "float"}
+CPP_ELEMENT = {DType.bf16: "cutlass::bfloat16_t", DType.f16: "cutlass::half_t", DType.f32: "float",
+               DType.f8e4m3: "cutlass::float_e4m3_t", DType.f8e5m2: "cutlass::float_e5m2_t",
+               DType.e2m1: "cutlass::float_e2m1_t", DType.ue8m0: "cutlass::float_ue8m0_t",
+               DType.ue4m3: "cutlass::float_ue4m3_t"}
 CPP_LAYOUT = {"row": "cutlass::layout::RowMajor", "col": "cutlass::layout::ColumnMajor"}
 CPP_KERNEL_SCHEDULE = {
     Schedule.cooperative: "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
@@ -36,6 +39,9 @@ CPP_KERNEL_SCHEDULE = {
     Schedule.warpspecialized: "cutlass::gemm::KernelTmaWarpSpecialized",
     Schedule.warpspecialized_1sm: "cutlass::gemm::KernelTmaWarpSpecialized1SmSm100",
     Schedule.warpspecialized_2sm: "cutlass::gemm::KernelTmaWarpSpecialized2SmSm100",
+    Schedule.cooperative_fp8_fastaccum: "cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum",
+    Schedule.pingpong_fp8_fastaccum: "cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum",
+    Schedule.warpspecialized_fp8_fastaccum: "cutlass::gemm::KernelTmaWarpSpecializedFP8FastAccum",
 }
 # On SM90, EpilogueScheduleAuto picks NoSmemWarpSpecialized, which rejects any EVT: name a TMA one. On SM100
 # the TMA epilogue must match the MMA's 1SM/2SM (sm100_builder.inl:1145-1147 "unsupported schedule").
@@ -46,6 +52,22 @@ CPP_EPILOGUE_SCHEDULE = {
     Schedule.warpspecialized_1sm: "cutlass::epilogue::TmaWarpSpecialized1Sm",
     Schedule.warpspecialized_2sm: "cutlass::epilogue::TmaWarpSpecialized2Sm",
 }
+# a or b aligned below 16 bytes: TMA cannot load them; CUTLASS's cp.async mainloops take the same schedules.
+CPP_CP_ASYNC_KERNEL_SCHEDULE = {
+    Schedule.cooperative: "cutlass::gemm::KernelCpAsyncWarpSpecializedCooperative",
+    Schedule.pingpong: "cutlass::gemm::KernelCpAsyncWarpSpecializedPingpong",
+    Schedule.warpspecialized: "cutlass::gemm::KernelCpAsyncWarpSpecialized",
+}
+# c or d aligned below 16 bytes: TMA cannot store them; the no-smem epilogue runs fusion::LinearCombination.
+CPP_NO_SMEM_EPILOGUE_SCHEDULE = "cutlass::epilogue::NoSmemWarpSpecialized"
+CPP_EPILOGUE_SCHEDULE.update({s: CPP_EPILOGUE_SCHEDULE[s.base] for s in Schedule if s.fp8_fastaccum})
+# Blockwise-scaled FP8 on sm90 (CUTLASS example 67; the builder's blockwise path, sm90_gmma_builder.inl:1066-1170).
+CPP_BLOCKWISE_KERNEL_SCHEDULE = {
+    Schedule.cooperative: "cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum",
+    Schedule.pingpong: "cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8BlockScaledAccum",
+}
+# Block-scaled tcgen05 on sm100 (CUTLASS example 72): the input pair type of each format.
+CPP_BLOCK_SCALED_PAIR = {"nvfp4": "cutlass::nv_float4_t", "mxfp8": "cutlass::mx_float8_t"}
 CPP_TILE_SCHEDULER = {
     TileScheduler.persistent: "cutlass::gemm::PersistentScheduler",
     TileScheduler.stream_k: "cutlass::gemm::StreamKScheduler",
@@ -60,6 +82,12 @@ CPP_UNARY = {
 }
 CPP_BINARY = {"+": "cutlass::plus", "-": "cutlass::minus", "*": "cutlass::multiplies"}
 IDENTITY = "cutlass::epilogue::thread::Identity"
+# Reductions (Sm90ColReduction / Sm90RowReduction): the functor used in registers, across lanes and across CTAs
+# (non-atomic, FinalReduction: the last CTA of a row of tiles reduces the others' partials from the workspace,
+# so the output needs no initialisation), and the identity each starts from. UcutMaximum is declared in the
+# template: cutlass::maximum has a second (NaN) parameter, and the nodes take a one-parameter template.
+CPP_REDUCE = {"sum": ("cutlass::plus", "ElementCompute(0)"),
+              "max": ("UcutMaximum", "-cutlass::platform::numeric_limits<ElementCompute>::infinity()")}
 
 
 @dataclass(frozen=True)
@@ -68,9 +96,9 @@ class Abi:
 
     Attributes:
         ptr_names: names of the device pointers in ``ptrs`` order: ``a``, ``b``, [``c``], ``d``, then
-            the epilogue's tensor inputs in declaration order.
+            the epilogue's tensor inputs, then its extra outputs (``->``), each in declaration order.
         scalar_names: epilogue scalars passed at run time (as double) in ``scalars`` order.
-        extents: the order of ``extents`` (``M``, ``N``, ``K``).
+        extents: the order of ``extents``: ``M``, ``N``, ``K``, and ``L`` (the batch count) for a batched kernel.
         knobs: the run-time settings in ``knobs`` order (:data:`ucutlass.ir.RUNTIME_SETTINGS`).
     """
 
@@ -82,15 +110,21 @@ class Abi:
 
 def abi_of(kernel: GemmKernel) -> Abi:
     """The ABI of ``kernel``'s generated entry point."""
+    if kernel.family == "grouped_gemm":  # a, b, d, epilogue inputs, the group operand; extents M, N, K, G
+        from .grouped import grouped_abi
+        return grouped_abi(kernel)
     ptrs = [op.name for op in kernel.operands]
-    scalars = []
+    scalars: list[str] = []
     for inp in kernel.epilogue_inputs:
         if inp.kind is EpilogueInputKind.scalar:
             if inp.value is None:
                 scalars.append(inp.name)
         else:
             ptrs.append(inp.name)
-    return Abi(tuple(ptrs), tuple(scalars))
+    ptrs += [out.name for out in kernel.epilogue_outputs]
+    ptrs += [s.name for s in kernel.scales]
+    extents = ("M", "N", "K", "L") if kernel.batch else ("M", "N", "K")
+    return Abi(tuple(ptrs), tuple(scalars), extents)
 
 
 @functools.lru_cache(maxsize=None)
@@ -141,7 +175,15 @@ class _TreeBuilder:
             return self._add({"kind": "compute", "fn": IDENTITY, "element_out": out_element,
                               "children": [child], "text": ir.expr_to_text(expr)})
         if isinstance(expr, ir.Acc):
-            return self._add({"kind": "acc"})
+            per_tensor = [s for s in self.kernel.scales if s.per_tensor]
+            if not per_tensor:
+                return self._add({"kind": "acc"})
+            # acc of the dequantised inputs: A·B × scale_a × scale_b (one ScalarBroadcast reads both pointers)
+            acc = self._add({"kind": "acc"})
+            scale = self._add({"kind": "scale_ptrs", "name": " * ".join(s.name for s in per_tensor),
+                               "ptr_indices": [self.abi.ptr_names.index(s.name) for s in per_tensor]})
+            return self._add({"kind": "compute", "fn": CPP_BINARY["*"], "element_out": "ElementCompute",
+                              "children": [acc, scale], "text": "acc * " + scale["name"]})
         if isinstance(expr, ir.Src):
             return self._add({"kind": "src"})
         if isinstance(expr, ir.Const):
@@ -156,7 +198,7 @@ class _TreeBuilder:
                     value = f"static_cast<float>(scalars[{self.abi.scalar_names.index(inp.name)}])"
                 return self._add({"kind": "scalar", "name": inp.name, "value_expr": value})
             node = {"kind": inp.kind.value, "name": inp.name, "element": CPP_ELEMENT[inp.dtype],
-                    "ptr_index": self.abi.ptr_names.index(inp.name)}
+                    "ptr_index": self.abi.ptr_names.index(inp.name), "batched": bool(inp.batch)}
             if inp.kind is EpilogueInputKind.matrix:
                 if inp.name not in self._aux_index:
                     self._aux_index[inp.name] = len(self.aux_loads)
@@ -166,6 +208,10 @@ class _TreeBuilder:
                                            "element": CPP_ELEMENT[inp.dtype]})
                 node["aux_index"] = self._aux_index[inp.name]
             return self._add(node)
+        if isinstance(expr, ir.Cast):  # round to the narrower type; the parent reads it back as ElementCompute
+            child = self.build(expr.arg, root=False)
+            return self._add({"kind": "compute", "fn": IDENTITY, "element_out": CPP_ELEMENT[expr.dtype],
+                              "children": [child], "text": ir.expr_to_text(expr)})
         if isinstance(expr, ir.Unary):
             child = self.build(expr.arg, root=False)
             return self._add({"kind": "compute", "fn": CPP_UNARY[expr.op], "element_out": out_element,
@@ -176,6 +222,50 @@ class _TreeBuilder:
             return self._add({"kind": "compute", "fn": CPP_BINARY[expr.op], "element_out": out_element,
                               "children": [lhs, rhs], "text": ir.expr_to_text(expr)})
         raise UcutError(f"cannot render epilogue node {expr!r}")
+
+
+class _DagBuilder(_TreeBuilder):
+    """The epilogue as a DAG (CUTLASS Sm90TopologicalVisitor), for kernels with extra outputs.
+
+    Equal subexpressions become one node (IR expressions compare structurally), so a stored value that later
+    statements read is computed once; ops are listed in topological order, each with the indices of its
+    inputs, and the last op converts d to ElementD. Every op's result is kept as ElementCompute (the visitor
+    converts), so a ``cast`` node's rounding is what its readers see.
+    """
+
+    def __init__(self, kernel: GemmKernel, abi: Abi):
+        super().__init__(kernel, abi)
+        self._memo: dict[ir.Expr, dict] = {}
+        self.aux_stores: list[dict] = []
+
+    def _add(self, node: dict) -> dict:
+        node["index"] = len(self.nodes)
+        node["edges"] = [child["index"] for child in node.get("children", [])]
+        return super()._add(node)
+
+    def build(self, expr: ir.Expr, root: bool = False) -> dict:
+        if expr not in self._memo:
+            self._memo[expr] = super().build(expr, root=False)
+        return self._memo[expr]
+
+    def build_all(self) -> dict:
+        """Every output's node in declaration order, then d's root; returns the root (the last op)."""
+        for out in self.kernel.epilogue_outputs:
+            child = self.build(out.value)
+            node = {"kind": "aux_store" if out.reduce is None else out.kind.value.replace("vector", "reduction"),
+                    "name": out.name, "element": CPP_ELEMENT[out.dtype], "children": [child],
+                    "ptr_index": self.abi.ptr_names.index(out.name), "text": ir.expr_to_text(out.value)}
+            if out.reduce is None:
+                layout = CPP_LAYOUT["row" if (out.dims[-1] if out.layout is Layout.row else out.dims[0]) == "N"
+                                    else "col"]
+                node["store_index"] = len(self.aux_stores)
+                self.aux_stores.append({"index": len(self.aux_stores), "layout": layout, "element": node["element"]})
+            else:
+                node["fn"], node["identity"] = CPP_REDUCE[out.reduce]
+            self._add(node)
+        body = self.build(self.kernel.epilogue)
+        return self._add({"kind": "compute", "fn": IDENTITY, "element_out": "ElementD", "children": [body],
+                          "text": ir.expr_to_text(self.kernel.epilogue)})
 
 
 def _describe(op: ir.Operand) -> str:
@@ -198,12 +288,21 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
         raise CheckError(problems)
     kernel = kernel.build_config()  # run-time settings are arguments, not code: one build serves them all
     schedule = arch.resolve_schedule(kernel)
+    sm90 = kernel.target is ir.Target.sm90
+    cp_async = sm90 and arch.sm90.uses_cp_async(kernel)
+    no_smem = sm90 and arch.sm90.uses_no_smem_epilogue(kernel)
+    alpha_beta = ir.linear_combination(kernel.epilogue, arch.sm90.literal_scalars(kernel)) if no_smem else None
     cta_tile = arch.sm100.cta_tile(kernel) if kernel.target is ir.Target.sm100 else kernel.tile
     abi = abi_of(kernel)
-    tree = _TreeBuilder(kernel, abi)
-    root = tree.build(kernel.epilogue, root=True)
+    dag = bool(kernel.epilogue_outputs)
+    if dag:
+        tree = _DagBuilder(kernel, abi)
+        root = tree.build_all()
+    else:
+        tree = _TreeBuilder(kernel, abi)
+        root = tree.build(kernel.epilogue, root=True)
     a, b, c, d = kernel.a, kernel.b, kernel.c, kernel.d
-    align = lambda dt: 128 // dt.bits  # noqa: E731  (elements per 16-byte access)
+    align = kernel.alignment_of  # elements per access: 16 bytes (TMA) unless `alignment` asks for less
     info = {
         "abi": ABI_VERSION,
         "name": kernel.name,
@@ -235,13 +334,20 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
         "align_a": align(a.dtype), "align_b": align(b.dtype),
         "align_c": align(c.dtype) if c else align(d.dtype), "align_d": align(d.dtype),
         "tile": list(kernel.tile), "cta_tile": list(cta_tile), "cluster": list(kernel.cluster),
-        "kernel_schedule": CPP_KERNEL_SCHEDULE[schedule],
-        "epilogue_schedule": CPP_EPILOGUE_SCHEDULE[schedule],
+        "kernel_schedule": (CPP_CP_ASYNC_KERNEL_SCHEDULE if cp_async else CPP_KERNEL_SCHEDULE)[schedule],
+        "epilogue_schedule": CPP_NO_SMEM_EPILOGUE_SCHEDULE if no_smem else CPP_EPILOGUE_SCHEDULE[schedule],
+        "no_smem_epilogue": no_smem,
+        "lincomb_alpha": _float_literal(alpha_beta[0]) if alpha_beta else "1.0f",
+        "lincomb_beta": _float_literal(alpha_beta[1]) if alpha_beta else "0.0f",
+        "batched": bool(kernel.batch),
         "tile_scheduler": CPP_TILE_SCHEDULER[kernel.scheduler],
         "stream_k": kernel.scheduler is TileScheduler.stream_k,
         "abi_version": ABI_VERSION,
         "stages": kernel.stages or 0,
         "aux_loads": tree.aux_loads,
+        "aux_stores": tree.aux_stores if dag else [],
+        "evt_dag": dag,
+        "has_max_reduction": any(o.reduce == "max" for o in kernel.epilogue_outputs),
         "evt_nodes": tree.nodes,
         "evt_root": root,
         "ptr_names": list(abi.ptr_names),
@@ -252,10 +358,38 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
         "n_ptrs": len(abi.ptr_names),
         "n_scalars_alloc": max(1, len(abi.scalar_names)),
         "info_json": json.dumps(info, sort_keys=True),
+        **_scale_values(kernel, abi, schedule),  # last: a scaled mainloop overrides kernel_schedule
     }
 
 
-TEMPLATES = {("gemm", ir.Target.sm90): "sm90_gemm.cu.j2", ("gemm", ir.Target.sm100): "sm100_gemm.cu.j2"}
+def _scale_values(kernel: GemmKernel, abi: Abi, schedule: Schedule) -> dict:
+    """Template values of the scale factors: the blockwise (sm90) or block-scaled (sm100) mainloop, if any."""
+    values: dict = {"block_scaled": False, "op_class": "cutlass::arch::OpClassTensorOp"}
+    if not kernel.blockwise:
+        return values
+    sa, sb = kernel.scale_a, kernel.scale_b
+    assert sa is not None and sb is not None  # the arch rules ask for both
+    values.update(block_scaled=True, ptr_sfa=abi.ptr_names.index(sa.name), ptr_sfb=abi.ptr_names.index(sb.name))
+    if kernel.target is ir.Target.sm90:
+        values.update(
+            sf_granularity=[sa.block[0], sb.block[0], sa.block[1]],
+            sfa_major="K" if ir.split_dim(sa.contiguous_dim)[0] == "K" else "MN",
+            sfb_major="K" if ir.split_dim(sb.contiguous_dim)[0] == "K" else "MN",
+            kernel_schedule=CPP_BLOCKWISE_KERNEL_SCHEDULE[schedule])
+        return values
+    fmt = arch.sm100.block_scaled_format(kernel)
+    suffix = arch.sm100.BLOCK_SCALED_FORMATS[fmt][3]  # type: ignore[index]
+    sms = "2Sm" if schedule is Schedule.warpspecialized_2sm else "1Sm"
+    pair = CPP_BLOCK_SCALED_PAIR[fmt]  # type: ignore[index]
+    values.update(op_class="cutlass::arch::OpClassBlockScaledTensorOp", element_sf=CPP_ELEMENT[sa.dtype],
+                  element_pair_a=f"{pair}<ElementA>", element_pair_b=f"{pair}<ElementB>",
+                  kernel_schedule=f"cutlass::gemm::KernelTmaWarpSpecialized{sms}{suffix}Sm100")
+    return values
+
+
+TEMPLATES = {("gemm", ir.Target.sm90): "sm90_gemm.cu.j2", ("gemm", ir.Target.sm100): "sm100_gemm.cu.j2",
+             ("grouped_gemm", ir.Target.sm90): "sm90_grouped_gemm.cu.j2",
+             ("grouped_gemm", ir.Target.sm100): "sm100_grouped_gemm.cu.j2"}
 
 
 def render(kernel: GemmKernel, source_file: str = "<string>") -> str:
@@ -265,9 +399,15 @@ def render(kernel: GemmKernel, source_file: str = "<string>") -> str:
         CheckError: open choices remain or an arch rule is broken (nothing is rendered).
         UcutError: no template for the kernel's family and target.
     """
+    if kernel.family == "attention":  # FMHA kernels render in their own module (templates/sm*_fmha.cu.j2)
+        from .attention import render as render_attention
+        return render_attention(kernel, source_file)
     key = (kernel.family, kernel.target)
     if key not in TEMPLATES:
         raise UcutError(f"no template for {kernel.family} on {kernel.target.value}; "
                         f"available: {', '.join(f'{f} {t.value}' for f, t in TEMPLATES)}")
     template = _environment().get_template(TEMPLATES[key])
+    if kernel.family == "grouped_gemm":  # ptr-array grouped GEMM: the GEMM values plus the group arrays
+        from .grouped import grouped_template_values
+        return template.render(**grouped_template_values(kernel, source_file))
     return template.render(**template_values(kernel, source_file))

@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import itertools
@@ -43,19 +44,20 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from . import ir
 from .errors import Diagnostic, UcutSyntaxError
-from .ir import (Acc, Binary, Choice, Const, DType, EpilogueInput, EpilogueInputKind, Expr, GemmKernel, RasterOrder,
+from .ir import (Acc, Binary, Cast, Choice, Const, DType, EpilogueInput, EpilogueInputKind, EpilogueOutput, Expr,
+                 GemmKernel, RasterOrder,
                  Layout, Operand, Pos, Program, Ref, Schedule, Src, Target, TileScheduler, Unary)
 
 __all__ = [
     "parse", "parse_file", "check", "legal_combinations",
-    "FAMILIES", "TARGETS", "DTYPES", "LAYOUTS", "SCHEDULES", "SCHEDULERS", "RASTERS", "ACTIVATIONS", "SETTINGS",
+    "FAMILIES", "TARGETS", "DTYPES", "LAYOUTS", "SCHEDULES", "SCHEDULERS", "RASTERS", "ACTIVATIONS", "REDUCTIONS", "FUNCTIONS", "SETTINGS",
     "DEFAULTS", "ERROR_CODES", "OPERAND_DIMS", "EPILOGUE_DIMS", "KEYWORDS", "SettingSpec",
 ]
 
 # --- the vocabulary: every word the lowering accepts, in one place --------------------------------------
 
-#: Kernel families (``kernel NAME : FAMILY``). Attention and grouped GEMM come later.
-FAMILIES = ("gemm",)
+#: Kernel families (``kernel NAME : FAMILY``): GEMM, attention (FMHA) and grouped GEMM (ucutlass.grouped).
+FAMILIES = ("gemm", "attention", "grouped_gemm",)
 #: ``target`` values (:class:`ucutlass.ir.Target`).
 TARGETS = tuple(t.value for t in Target)
 #: Element types of operands, epilogue inputs and ``accum`` (:class:`ucutlass.ir.DType`).
@@ -70,6 +72,12 @@ SCHEDULERS = tuple(s.value for s in TileScheduler)
 RASTERS = tuple(r.value for r in RasterOrder)
 #: Functions an epilogue expression may call, each with one argument.
 ACTIVATIONS = ir.UNARY_OPS
+#: Reductions an epilogue output statement may call: ``_n`` reduces over N into an ``[M]`` output (one value
+#: per row; CUTLASS Sm90ColReduction), ``_m`` over M into an ``[N]`` output (Sm90RowReduction).
+REDUCTIONS: dict[str, tuple[str, str]] = {"sum_n": ("sum", "M"), "max_n": ("max", "M"), "sum_m": ("sum", "N"),
+                                          "max_m": ("max", "N")}
+#: Every function an epilogue expression may call: the activations, ``cast(x, DTYPE)`` and the reductions.
+FUNCTIONS = ACTIVATIONS + ("cast",) + tuple(REDUCTIONS)
 #: Words with a fixed meaning: block keywords, layouts, ``auto``, and the epilogue's ``acc`` and ``c``.
 KEYWORDS = ("kernel", "epilogue", "row", "col", "auto", "acc", "c")
 
@@ -102,20 +110,22 @@ ERROR_CODES: dict[str, str] = {
     "missing-operand": "a, b or d not declared",
     "bad-dims": "dims that do not fit the operand or input",
     "bad-binding": "'<-' on d, '->' on an input, or a value on a tensor",
+    "bad-output": "an extra output (->) not over [M, N], [M] or [N], a non-f32 reduction, or a misused reduction",
+    "reads-output": "a statement reads a reduction output (complete only after the kernel)",
     "duplicate-epilogue": "two epilogue blocks",
     "duplicate-kernel": "two kernels with one name",
     "duplicate-input": "an epilogue input declared twice",
     "bad-name": "an epilogue input named acc, a, b, c, d or like a function",
     "choice-not-allowed": "{…} in an epilogue input",
-    "unsupported": "'/' and extra epilogue outputs (later)",
+    "unsupported": "'/', and extra outputs of a batched kernel (later)",
     "bad-assignment": "an assignment to a reserved or input name, twice, or after d",
-    "missing-output": "no d = … in the epilogue",
+    "missing-output": "no d = … in the epilogue, or a declared output never assigned",
     "unused-acc": "the epilogue does not read acc",
     "unused-input": "a declared input (or c) the epilogue never reads",
     "unused-name": "an intermediate never used",
     "undefined-name": "a name that is not acc, c, an input or an earlier intermediate",
     "unknown-function": "a call of something other than the activations",
-    "bad-call": "an activation called with other than one argument",
+    "bad-call": "a function called with the wrong arguments",
     "choices": "check's summary of the combinations of open choices",
 }
 
@@ -155,6 +165,15 @@ def _whole_number(setting: str, examples: Sequence[str]) -> Callable[["_Atom"], 
             return int(atom.text)
         raise _Bad(f"{setting} = {atom.text} is not a whole number > 0", examples)
     return convert
+
+
+def _alignment(atom: _Atom) -> int | None:
+    if atom.kind == "name" and atom.text == "auto":
+        return None
+    if atom.kind == "number" and atom.text.isdigit() and int(atom.text) in ir.ALIGNMENTS:
+        return int(atom.text)
+    raise _Bad(f"alignment = {atom.text} is neither auto nor elements per access 8, 4, 2 or 1",
+               ("auto",) + tuple(str(a) for a in ir.ALIGNMENTS))
 
 
 def _stages(atom: _Atom) -> int | None:
@@ -205,6 +224,8 @@ SETTINGS: dict[str, SettingSpec] = {s.name: s for s in (
                 _enum_converter("raster", RasterOrder, RASTERS, "a raster order")),
     SettingSpec("swizzle", "tile-scheduler swizzle size (given at run time)", ("1", "2", "4", "8"), "1",
                 _whole_number("swizzle", ("1", "2", "4", "8"))),
+    SettingSpec("alignment", "elements per access of each operand's contiguous dim (auto: 16 bytes, TMA)",
+                ("auto", "8", "4", "2", "1"), "auto", _alignment),
 )}
 assert tuple(SETTINGS) == ir.GEMM_SETTINGS
 
@@ -381,6 +402,10 @@ class _ToAst(Transformer):
 
     def dims(self, meta, children):
         return _Dims(tuple(str(c) for c in children), self._p(meta))
+
+    def scaled_dim(self, meta, children):
+        name, number = children
+        return f"{name}/{number}"
 
     def layout(self, meta, children):
         (item,) = children
@@ -589,6 +614,12 @@ class _Lowering:
 
     def kernel(self, k: _Kernel) -> GemmKernel | None:
         errors_before = len(self.diags)
+        if k.family == "attention":  # attention (FMHA) lowers in its own module
+            from .attention import lower_attention
+            return lower_attention(self, k)
+        if k.family == "grouped_gemm":  # grouped GEMM (ptr-array, MoE experts) lowers in its own module
+            from .grouped import lower_grouped
+            return lower_grouped(self, k)
         if k.family not in FAMILIES:
             self.error("unknown-family", f"kernel family {k.family!r} is not supported yet", k.family_pos, FAMILIES)
             return None
@@ -598,7 +629,19 @@ class _Lowering:
         operands: dict[str, Operand] = {}
         declared: set[str] = set()
         epilogue: _Epilogue | None = None
+        scales: dict[str, ir.Scale] = {}
         for item in k.items:
+            if isinstance(item, _Decl) and item.name in ir.SCALE_OPERANDS:
+                if item.name in declared:
+                    self.error("duplicate-operand", f"{item.name} is declared twice (first at line "
+                               f"{first_at['.' + item.name].line})", item.name_pos)
+                    continue
+                declared.add(item.name)
+                first_at["." + item.name] = item.name_pos
+                scale = self.scale(item)
+                if scale is not None:
+                    scales[item.name] = scale
+                continue
             if isinstance(item, _Setting):
                 if item.name not in SETTINGS:
                     hint = (f"; {item.name} is an operand: declare it with ':' ({item.name} : bf16[...])"
@@ -646,14 +689,101 @@ class _Lowering:
             examples = {"a": "a : bf16[M, K] row", "b": "b : bf16[N, K] row", "d": "d : bf16[M, N] row"}
             self.error("missing-operand", f"kernel {k.name} needs operands a, b and d; missing: "
                        f"{', '.join(missing)}", k.name_pos, tuple(examples[n] for n in missing))
-        inputs, expr = self.epilogue(epilogue, c_pos=first_at.get(".c"))
+        inputs, expr, outputs = self.epilogue(epilogue, c_pos=first_at.get(".c"))
+        if outputs and "a" in operands and operands["a"].batch:
+            self.error("unsupported", "extra epilogue outputs (->) of a batched kernel are not supported yet",
+                       outputs[0].pos)
+        self.check_batch(operands, inputs)
+        if scales and "a" in operands and operands["a"].batch:
+            self.error("unsupported", "scale_a / scale_b of a batched kernel are not supported yet",
+                       next(iter(scales.values())).pos)
         if len(self.diags) > errors_before:
             return None
         for name in SETTINGS:
             values.setdefault(name, DEFAULTS[name])
         return GemmKernel(
             name=k.name, a=operands["a"], b=operands["b"], c=operands.get("c"), d=operands["d"],
-            epilogue_inputs=inputs, epilogue=expr, pos=k.name_pos, setting_pos=setting_pos, **values)
+            epilogue_inputs=inputs, epilogue=expr, epilogue_outputs=outputs, pos=k.name_pos, setting_pos=setting_pos,
+            scale_a=scales.get("scale_a"), scale_b=scales.get("scale_b"), **values)
+
+    def check_batch(self, operands: Mapping[str, Operand], inputs: Sequence[EpilogueInput]) -> None:
+        """Batch dims (CUTLASS's mode L): a, b, d (and c) declare the same ones; epilogue inputs the same or none.
+
+        Leading dims that only a and d would have are not declared: a row-major ``a : bf16[M, K]`` takes a
+        ``[batch, seq, K]`` tensor and folds its leading dims into M.
+        """
+        batch = operands["a"].batch if "a" in operands else ()
+        for op in operands.values():
+            if op.batch != batch:
+                self.error("bad-dims", f"{op.name} has batch dims [{', '.join(op.batch)}] but a has "
+                           f"[{', '.join(batch)}]: a, b, c and d declare the same batch dims in the same order "
+                           "(together the batch mode L); a leading dim of a and d alone is not declared, it folds "
+                           "into M (a : bf16[M, K] row takes a [batch, seq, K] tensor)", op.pos,
+                           (f"[{', '.join(batch + op.dims)}]",))
+        for inp in inputs:
+            if inp.batch and inp.batch != batch:
+                self.error("bad-dims", f"epilogue input {inp.name} has batch dims [{', '.join(inp.batch)}]; it takes "
+                           f"the kernel's batch dims [{', '.join(batch)}] (one per batch) or none (shared by all "
+                           "batches)", inp.pos, (f"[{', '.join(batch + inp.dims)}]", f"[{', '.join(inp.dims)}]"))
+
+    def scale(self, d: _Decl) -> ir.Scale | None:
+        """``scale_a : f32 <- sa`` (per tensor) or ``scale_a : f32[M, K/128] row <- x_scale`` (per 1x128 block)."""
+        name = d.name
+        mn = "M" if name == "scale_a" else "N"
+        example = f"{name} : f32[{mn}, K/128] row" if name == "scale_a" else f"{name} : f32[N/128, K/128] row"
+        ok = True
+        dtype = None
+        if isinstance(d.dtype, _Choice):
+            self.error("choice-not-allowed", f"{name}: choices {{…}} are not allowed in scale factors", d.dtype.pos)
+            ok = False
+        else:
+            try:
+                dtype = _dtype_converter(name)(d.dtype)
+            except _Bad as bad:
+                self.error(bad.code, bad.message, d.dtype.pos, bad.valid)
+                ok = False
+        dims = d.dims.names if d.dims is not None else ()
+        if dims:
+            parts = []
+            for dim in dims:
+                base, _, div = dim.partition("/")
+                parts.append(base)
+                if div and (not div.isdigit() or int(div) < 1):
+                    self.error("bad-dims", f"{name}: {dim}: a block size is a whole number > 0, as in K/128",
+                               d.dims.pos, ("K/128",))
+                    ok = False
+            if sorted(parts) != sorted((mn, "K")):
+                self.error("bad-dims", f"{name} is declared over [{', '.join(dims)}]; a scale of "
+                           f"{ir.SCALE_OPERANDS[name]} is over [{mn}/BLOCK, K/BLOCK] (either order; no divisor: a "
+                           f"block of 1), e.g. {example}, or has no dims (one scale for the tensor)",
+                           d.dims.pos, (f"[{mn}, K/128]", f"[{mn}/128, K/128]", "no dims"))
+                ok = False
+        layout = Layout.row
+        if d.layout is not None:
+            if not dims:
+                self.error("bad-layout", f"{name}: a per-tensor scale (no dims) has no layout", d.layout.pos)
+                ok = False
+            elif isinstance(d.layout, _Choice):
+                self.error("choice-not-allowed", f"{name}: choices {{…}} are not allowed in scale factors",
+                           d.layout.pos)
+                ok = False
+            else:
+                try:
+                    layout = _layout_converter(name)(d.layout)
+                except _Bad as bad:
+                    self.error(bad.code, bad.message, d.layout.pos, bad.valid)
+                    ok = False
+        binding = None
+        if d.source is not None:
+            if d.source.kind != "in":
+                self.error("bad-binding", f"{name} is an input: bind it with '<-' ({name} : ... <- NAME)",
+                           d.source.pos, ("<-",))
+                ok = False
+            else:
+                binding = d.source.text
+        if not ok:
+            return None
+        return ir.Scale(name, dtype, tuple(dims), layout, binding, d.pos)  # type: ignore[arg-type]
 
     # values and choices
 
@@ -695,10 +825,11 @@ class _Lowering:
             self.error("bad-dims", f"{name} needs its dims, e.g. {example}", d.dtype.pos,
                        (f"[{', '.join(expected)}]",))
             ok = False
-        elif sorted(d.dims.names) != sorted(expected):
+        elif sorted(d.dims.names[-2:]) != sorted(expected) or not _batch_ok(d.dims.names[:-2]):
             valid = (f"[{', '.join(expected)}]", f"[{', '.join(reversed(expected))}]")
             self.error("bad-dims", f"{name} is declared over [{', '.join(d.dims.names)}]; {name} must be over "
-                       f"{valid[0]} or {valid[1]}", d.dims.pos, valid)
+                       f"{valid[0]} or {valid[1]}, after any batch dims ([B, H, {', '.join(expected)}]: distinct "
+                       "names other than M, N, K)", d.dims.pos, valid)
             ok = False
         layout: Any = Layout.row
         if d.layout is not None:
@@ -722,24 +853,34 @@ class _Lowering:
                 ok = False
         if not ok:
             return None
-        return Operand(name, dtype, d.dims.names, layout, binding, d.pos)  # type: ignore[union-attr]
+        names = d.dims.names  # type: ignore[union-attr]
+        return Operand(name, dtype, names[-2:], layout, binding, d.pos, batch=names[:-2])
 
     # epilogue
 
-    def epilogue(self, epi: _Epilogue | None, c_pos: Pos | None) -> tuple[tuple[EpilogueInput, ...], Expr]:
+    def epilogue(self, epi: _Epilogue | None, c_pos: Pos | None
+                 ) -> tuple[tuple[EpilogueInput, ...], Expr, tuple[EpilogueOutput, ...]]:
+        """The epilogue block → (inputs, the expression of d, extra outputs); errors are collected."""
         has_c = c_pos is not None
         if epi is None:
             if has_c:
                 self.error("unused-input", "c is declared but there is no epilogue to read it: add "
                            "epilogue { d = acc + c }", c_pos)
-            return (), Acc()
+            return (), Acc(), ()
         inputs: dict[str, EpilogueInput] = {}
         decl_pos: dict[str, Pos] = {}
+        out_decls: dict[str, EpilogueOutput] = {}  # declared outputs (value not yet known)
         for item in epi.items:
-            if isinstance(item, _Decl):
+            if isinstance(item, _Decl) and item.source is not None and item.source.kind == "out":
+                out = self.epilogue_output(item, decl_pos, out_decls)
+                if out is not None:
+                    out_decls[item.name] = out
+            elif isinstance(item, _Decl):
                 inp = self.epilogue_input(item, decl_pos)
                 if inp is not None:
                     inputs[item.name] = inp
+        out_env: dict[str, Expr] = {}  # an assigned [M, N] output: what later statements read
+        outputs: dict[str, EpilogueOutput] = {}
         reserved = {"acc": "the accumulator", "a": "an operand", "b": "an operand", "c": "an operand",
                     "d": "the output"}
         env: dict[str, Expr] = {}
@@ -756,7 +897,11 @@ class _Lowering:
                 self.error("bad-assignment", f"d must be the last assignment of the epilogue; {item.name} is "
                            "assigned after it", item.name_pos)
                 continue
-            ctx = _ExprContext(has_c, inputs, decl_pos, env, assigned_later, used_inputs, used_names, failed)
+            ctx = _ExprContext(has_c, inputs, decl_pos, env, assigned_later, used_inputs, used_names, failed,
+                               out_decls, out_env)
+            if item.name in out_decls:
+                self.output_statement(item, out_decls[item.name], ctx, outputs, out_env)
+                continue
             expr = self.expr(item.expr, ctx)
             if item.name == "d":
                 final = expr if expr is not None else Acc()
@@ -767,7 +912,7 @@ class _Lowering:
             elif item.name in inputs or item.name in decl_pos:
                 self.error("bad-assignment", f"{item.name} is an epilogue input (line {decl_pos[item.name].line}); "
                            "assign to a new name", item.name_pos)
-            elif item.name in ACTIVATIONS:
+            elif item.name in FUNCTIONS:
                 self.error("bad-assignment", f"{item.name} is a function name", item.name_pos)
             elif item.name in env:
                 self.error("bad-assignment", f"{item.name} is assigned twice (first at line "
@@ -780,8 +925,13 @@ class _Lowering:
         if final is None:
             self.error("missing-output", "the epilogue never assigns d: end it with d = <expression of acc>",
                        epi.pos, ("d = acc",))
-            return (), Acc()
-        if not any(isinstance(node, Acc) for node in ir.walk(final)):
+            return (), Acc(), ()
+        for name, out in out_decls.items():
+            if name not in outputs and name not in failed:
+                self.error("missing-output", f"{name} is declared as an output but never assigned: write "
+                           f"{name} = <expression> before d", out.pos)
+        if not any(isinstance(node, Acc) for e in (final, *(o.value for o in outputs.values()))
+                   for node in ir.walk(e)):
             self.error("unused-acc", "the epilogue never reads acc (the A·B product)", _expr_pos(final, epi.pos))
         for name, pos in decl_pos.items():
             if name not in used_inputs:
@@ -791,7 +941,97 @@ class _Lowering:
         for name, pos in env_pos.items():
             if name not in used_names:
                 self.error("unused-name", f"{name} is computed but never used", pos)
-        return tuple(inputs.values()), final
+        return tuple(inputs.values()), final, tuple(outputs[n] for n in out_decls if n in outputs)
+
+    def epilogue_output(self, d: _Decl, decl_pos: Mapping[str, Pos],
+                        out_decls: Mapping[str, EpilogueOutput]) -> EpilogueOutput | None:
+        """An epilogue declaration with ``->``: an extra [M, N] output (Sm90AuxStore) or an [M] / [N]
+        reduction output (Sm90ColReduction / Sm90RowReduction, f32 only). Its value is set by its statement."""
+        name = d.name
+        if name in ("acc", "a", "b", "c", "d") or name in FUNCTIONS:
+            what = "a function" if name in FUNCTIONS else "reserved in the epilogue (acc, a, b, c, d)"
+            self.error("bad-name", f"{name!r} is {what}; name the output something else", d.name_pos)
+            return None
+        first = decl_pos.get(name) or (out_decls[name].pos if name in out_decls else None)
+        if first is not None:
+            self.error("duplicate-input", f"{name} is declared twice (first at line {first.line})", d.name_pos)
+            return None
+        if isinstance(d.dtype, _Choice) or isinstance(d.layout, _Choice):
+            where = d.dtype.pos if isinstance(d.dtype, _Choice) else d.layout.pos  # type: ignore[union-attr]
+            self.error("choice-not-allowed", f"{name}: choices {{…}} are not allowed in epilogue outputs", where)
+            return None
+        try:
+            dtype = _dtype_converter(name)(d.dtype)
+        except _Bad as bad:
+            self.error(bad.code, bad.message, d.dtype.pos, bad.valid)
+            return None
+        dims = d.dims.names if d.dims is not None else ()
+        kind = EPILOGUE_DIMS.get(dims)
+        valid = ("[M, N]", "[N, M]", "[M]", "[N]")
+        if kind is None or kind is EpilogueInputKind.scalar:
+            self.error("bad-output", f"epilogue output {name} is over [{', '.join(dims)}]; an extra output is "
+                       "[M, N] (stored like d), [M] (a reduction over N: one value per row) or [N] (a reduction "
+                       "over M: one value per column)", d.dims.pos if d.dims else d.pos, valid)
+            return None
+        layout = Layout.row
+        if d.layout is not None:
+            if kind is not EpilogueInputKind.matrix:
+                self.error("bad-layout", f"{name}: a layout applies to [M, N] outputs only", d.layout.pos)
+                return None
+            try:
+                layout = _layout_converter(name)(d.layout)
+            except _Bad as bad:
+                self.error(bad.code, bad.message, d.layout.pos, bad.valid)
+                return None
+        if kind is not EpilogueInputKind.matrix and dtype is not DType.f32:
+            self.error("bad-output", f"{name} is a reduction output ([{dims[0]}]): CUTLASS's reductions "
+                       f"accumulate and store in f32; declare {name} : f32[{dims[0]}]", d.dtype.pos, ("f32",))
+            return None
+        return EpilogueOutput(name, kind, dtype, dims, Const(0.0), None, layout, d.source.text,  # type: ignore
+                              d.pos)
+
+    def output_statement(self, item: _Assign, out: EpilogueOutput, ctx: "_ExprContext",
+                         outputs: dict[str, EpilogueOutput], out_env: dict[str, Expr]) -> None:
+        """``name = expr`` for a declared output: store (an [M, N] output) or reduce (``sum_n`` / ``max_n`` into
+        [M], ``sum_m`` / ``max_m`` into [N]). Later statements read an [M, N] output as stored (rounded to its
+        dtype, as a PyTorch reference that keeps it would); a reduction cannot be read."""
+        name = item.name
+        if name in outputs:
+            self.error("bad-assignment", f"output {name} is assigned twice", item.name_pos)
+            return
+        node = item.expr
+        if out.kind is EpilogueInputKind.matrix:
+            value = self.expr(node, ctx)
+            if value is None:
+                ctx.failed.add(name)
+                return
+            if out.dtype is not DType.f32:
+                value = Cast(out.dtype, value, _expr_pos(value, item.pos))
+            out_env[name] = value
+            outputs[name] = dataclasses.replace(out, value=value)
+            return
+        dim = out.dims[0]
+        want = [f for f, (_, into) in REDUCTIONS.items() if into == dim]
+        if not (isinstance(node, _Call) and node.name in REDUCTIONS):
+            self.error("bad-output", f"{name} is a [{dim}] reduction output: assign it a reduction, e.g. "
+                       f"{name} = {want[1]}(y)", item.name_pos, tuple(want))
+            ctx.failed.add(name)
+            return
+        op, into = REDUCTIONS[node.name]
+        if into != dim:
+            self.error("bad-output", f"{node.name} gives one value per {'row' if into == 'M' else 'column'} "
+                       f"([{into}]) but {name} is declared [{dim}]: use {want[0]} or {want[1]}", node.pos, tuple(want))
+            ctx.failed.add(name)
+            return
+        if len(node.args) != 1:
+            self.error("bad-call", f"{node.name} takes one argument, got {len(node.args)}", node.pos)
+            ctx.failed.add(name)
+            return
+        value = self.expr(node.args[0], ctx)
+        if value is None:
+            ctx.failed.add(name)
+            return
+        outputs[name] = dataclasses.replace(out, value=value, reduce=op)
 
     def epilogue_input(self, d: _Decl, decl_pos: dict[str, Pos]) -> EpilogueInput | None:
         name = d.name
@@ -818,6 +1058,10 @@ class _Lowering:
                 ok = False
         dims = d.dims.names if d.dims is not None else ()
         kind = EPILOGUE_DIMS.get(dims)
+        batch: tuple[str, ...] = ()
+        for n in (2, 1):  # leading batch dims before [M, N], [N] or [M]
+            if kind is None and len(dims) > n and dims[-n:] in EPILOGUE_DIMS and _batch_ok(dims[:-n]):
+                kind, batch, dims = EPILOGUE_DIMS[dims[-n:]], dims[:-n], dims[-n:]
         if kind is None:
             self.error("bad-dims", f"epilogue input {name} is over [{', '.join(dims)}]; inputs are [N] (one value "
                        "per column), [M] (per row), [M, N] (a matrix) or no dims (a scalar)",
@@ -854,7 +1098,8 @@ class _Lowering:
                 value = float(d.source.text)
         if not ok:
             return None
-        return EpilogueInput(name, kind, dtype, dims, layout, binding, value, d.pos)  # type: ignore[arg-type]
+        return EpilogueInput(name, kind, dtype, dims, layout, binding, value, d.pos,  # type: ignore[arg-type]
+                             batch=batch)
 
     def expr(self, node: Any, ctx: "_ExprContext") -> Expr | None:
         """AST expression → IR expression with intermediates inlined; None after reporting an error."""
@@ -870,10 +1115,18 @@ class _Lowering:
                 return Const(-arg.value, node.pos)
             return Binary("*", Const(-1.0, node.pos), arg, node.pos)
         if isinstance(node, _Call):
+            if node.name == "cast":
+                return self.cast(node, ctx)
+            if node.name in REDUCTIONS:
+                into = REDUCTIONS[node.name][1]
+                self.error("bad-call", f"{node.name} reduces a whole {'row' if into == 'M' else 'column'}: use it only "
+                           f"as the value of an output declared [{into}], e.g. r : f32[{into}] -> r_out then "
+                           f"r = {node.name}(y)", node.pos)
+                return None
             args = [self.expr(a, ctx) for a in node.args]
             if node.name not in ACTIVATIONS:
                 self.error("unknown-function", f"unknown function {node.name!r}"
-                           f"{_did_you_mean(node.name, ACTIVATIONS)}", node.pos, ACTIVATIONS)
+                           f"{_did_you_mean(node.name, FUNCTIONS)}", node.pos, FUNCTIONS)
                 return None
             if len(node.args) != 1:
                 self.error("bad-call", f"{node.name} takes one argument, got {len(node.args)}", node.pos)
@@ -888,6 +1141,20 @@ class _Lowering:
         if lhs is None or rhs is None:
             return None
         return Binary(node.op, lhs, rhs, node.pos)
+
+    def cast(self, node: _Call, ctx: "_ExprContext") -> Expr | None:
+        """``cast(x, DTYPE)``: x rounded to DTYPE (a no-op for f32)."""
+        to = node.args[1] if len(node.args) == 2 else None
+        if not isinstance(to, _Name) or to.name not in DTYPES:
+            self.error("bad-call", "cast takes an expression and a dtype, as in cast(acc + bias, bf16)",
+                       to.pos if isinstance(to, (_Name, _Num)) else node.pos, DTYPES)
+            return None
+        arg = self.expr(node.args[0], ctx)
+        if arg is None:
+            return None
+        if to.name == "f32" or (isinstance(arg, Cast) and arg.dtype.value == to.name):
+            return arg  # f32 is the compute type; a second rounding to the same type changes nothing
+        return Cast(DType(to.name), arg, node.pos)
 
     def name(self, node: _Name, ctx: "_ExprContext") -> Expr | None:
         name = node.name
@@ -906,6 +1173,16 @@ class _Lowering:
         if name in ctx.env:
             ctx.used_names.add(name)
             return ctx.env[name]
+        if name in ctx.out_env:
+            return ctx.out_env[name]
+        if name in ctx.outputs and ctx.outputs[name].kind is not EpilogueInputKind.matrix:
+            self.error("reads-output", f"{name} is a reduction output, complete only when the kernel ends: no "
+                       "statement can read it (reduce the value you need into another output)", node.pos)
+            return None
+        if name in ctx.outputs and name not in ctx.assigned_later and name not in ctx.failed:
+            self.error("undefined-name", f"{name} is an output read before it is assigned: write {name} = … "
+                       "before this statement", node.pos)
+            return None
         if name in ctx.failed:
             return None
         if name in ctx.assigned_later:
@@ -933,9 +1210,17 @@ class _ExprContext:
     used_inputs: set[str]
     used_names: set[str]
     failed: set[str]
+    outputs: Mapping[str, EpilogueOutput] = dataclasses.field(default_factory=dict)  # declared outputs
+    out_env: Mapping[str, Expr] = dataclasses.field(default_factory=dict)  # assigned [M, N] outputs' values
 
 
 _FAILED = object()
+
+
+def _batch_ok(names: Sequence[str]) -> bool:
+    """Batch dims are distinct names other than the GEMM modes M, N, K."""
+    return len(set(names)) == len(names) and not set(names) & {"M", "N", "K"} and \
+        all(isinstance(n, str) and not n[:1].isdigit() for n in names)
 
 
 def _dtype_converter(owner: str) -> Callable[[_Atom], DType]:

@@ -27,21 +27,33 @@ class DType(enum.Enum):
     bf16 = "bf16"
     f16 = "f16"
     f32 = "f32"
+    f8e4m3 = "f8e4m3"  # cutlass::float_e4m3_t, torch.float8_e4m3fn (OCP FP8, max 448)
+    f8e5m2 = "f8e5m2"  # cutlass::float_e5m2_t, torch.float8_e5m2
+    e2m1 = "e2m1"  # cutlass::float_e2m1_t (FP4; sm100 NVFP4), two per byte: torch.float4_e2m1fn_x2
+    ue8m0 = "ue8m0"  # cutlass::float_ue8m0_t, a power-of-two scale factor (MX formats), torch.float8_e8m0fnu
+    ue4m3 = "ue4m3"  # cutlass::float_ue4m3_t, the NVFP4 scale factor (stored as torch.float8_e4m3fn)
 
     @property
     def bits(self) -> int:
         """Width of one element in bits."""
-        return {"bf16": 16, "f16": 16, "f32": 32}[self.value]
+        return {"bf16": 16, "f16": 16, "f32": 32, "e2m1": 4}.get(self.value, 8)
 
     @property
     def bytes(self) -> int:
-        """Width of one element in bytes."""
+        """Width of one element in bytes (0 for the 4-bit e2m1: use :attr:`bits` where it can occur)."""
         return self.bits // 8
+
+    @property
+    def is_fp8(self) -> bool:
+        """True for the 8-bit float operand types f8e4m3 and f8e5m2 (wgmma/tcgen05 FP8 inputs)."""
+        return self in (DType.f8e4m3, DType.f8e5m2)
 
     @property
     def torch_name(self) -> str:
         """The `torch.dtype` attribute name (also the SOL-ExecBench `dtype` string)."""
-        return {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[self.value]
+        return {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f8e4m3": "float8_e4m3fn",
+                "f8e5m2": "float8_e5m2", "e2m1": "float4_e2m1fn_x2", "ue8m0": "float8_e8m0fnu",
+                "ue4m3": "float8_e4m3fn"}[self.value]
 
 
 class Layout(enum.Enum):
@@ -72,6 +84,21 @@ class Schedule(enum.Enum):
     warpspecialized = "warpspecialized"  # sm90 KernelTmaWarpSpecialized (not persistent)
     warpspecialized_1sm = "warpspecialized_1sm"  # sm100 KernelTmaWarpSpecialized1SmSm100
     warpspecialized_2sm = "warpspecialized_2sm"  # sm100 KernelTmaWarpSpecialized2SmSm100
+    # sm90 FP8 inputs without the mainloop's periodic promotion of the wgmma accumulators to f32 (faster, less
+    # exact over long K): KernelTmaWarpSpecialized{Cooperative,Pingpong,}FP8FastAccum
+    cooperative_fp8_fastaccum = "cooperative_fp8_fastaccum"
+    pingpong_fp8_fastaccum = "pingpong_fp8_fastaccum"
+    warpspecialized_fp8_fastaccum = "warpspecialized_fp8_fastaccum"
+
+    @property
+    def base(self) -> "Schedule":
+        """The schedule without its FP8 fast-accumulation variant (``cooperative_fp8_fastaccum`` -> ``cooperative``)."""
+        return Schedule(self.value.replace("_fp8_fastaccum", ""))
+
+    @property
+    def fp8_fastaccum(self) -> bool:
+        """True for the ``*_fp8_fastaccum`` schedules."""
+        return self.value.endswith("_fp8_fastaccum")
 
 
 class TileScheduler(enum.Enum):
@@ -152,10 +179,70 @@ class Operand:
     layout: Setting
     binding: str | None = None
     pos: Pos = field(default_factory=Pos, compare=False)
+    #: leading batch dims (``("B", "H")`` for ``a : bf16[B, H, M, K]``), outermost and packed: together
+    #: they are CUTLASS's batch mode L (ProblemShape (M, N, K, L)); ``layout`` applies to ``dims`` only.
+    batch: tuple[str, ...] = ()
 
     @property
     def contiguous_dim(self) -> str:
         """Name of the mode that is contiguous in memory (requires a concrete layout)."""
+        return self.dims[-1] if self.layout is Layout.row else self.dims[0]
+
+
+def split_dim(dim: str) -> tuple[str, int]:
+    """``"K/128"`` -> ``("K", 128)``; a plain mode name ``"M"`` -> ``("M", 1)``."""
+    name, _, div = dim.partition("/")
+    return name, int(div) if div else 1
+
+
+#: Scale-factor declarations and the operand each scales.
+SCALE_OPERANDS = {"scale_a": "a", "scale_b": "b"}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Scale factors of operand ``a`` or ``b``: the GEMM computes with dequantised inputs a·scale_a, b·scale_b.
+
+    ``scale_a : f32 <- sa`` (no dims) is one per-tensor value read from device memory (a 1-element tensor),
+    applied in the epilogue (acc × scale_a × scale_b, CUTLASS's Sm90ScalarBroadcast over the two pointers).
+    ``scale_a : f32[M, K/128] row <- x_scale`` is blockwise: one value per 1×128 block of A; the divisors are
+    CUTLASS's ScaleGranularityM/N/K (``cutlass/detail/blockwise_scale_layout.hpp``), and the mainloop applies
+    them (sm90: MainloopSm90TmaGmmaWarpSpecializedBlockwiseFP8). On sm100 ``ue4m3[M, K/16]`` (NVFP4) and
+    ``ue8m0[M, K/32]`` (MXFP8) scale factors feed the block-scaled tcgen05 MMA; they are stored in CUTLASS's
+    interleaved 128×4 atom layout (``Sm1xxBlockScaledConfig``, ``cutlass/detail/sm100_blockscaled_layout.hpp``).
+
+    ``dims`` keep their spelling (``("M", "K/128")``, see :func:`split_dim`); ``layout`` says which declared dim
+    is contiguous, as for operands.
+    """
+
+    name: str  # scale_a | scale_b
+    dtype: DType
+    dims: tuple[str, ...] = ()
+    layout: Layout = Layout.row
+    binding: str | None = None
+    pos: Pos = field(default_factory=Pos, compare=False)
+
+    @property
+    def operand(self) -> str:
+        """The operand it scales: ``a`` or ``b``."""
+        return SCALE_OPERANDS[self.name]
+
+    @property
+    def per_tensor(self) -> bool:
+        """True for one value for the whole operand (no dims)."""
+        return not self.dims
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """Elements per scale along the operand's (M or N, K) modes, e.g. (1, 128); (0, 0) when per-tensor."""
+        if self.per_tensor:
+            return (0, 0)
+        divs = dict(split_dim(d) for d in self.dims)
+        return divs.get("M", divs.get("N", 1)), divs.get("K", 1)
+
+    @property
+    def contiguous_dim(self) -> str:
+        """The declared dim (with its divisor, ``"K/128"``) that is contiguous in memory."""
         return self.dims[-1] if self.layout is Layout.row else self.dims[0]
 
 
@@ -174,6 +261,32 @@ class EpilogueInput:
     binding: str | None = None
     value: float | None = None
     pos: Pos = field(default_factory=Pos, compare=False)
+    #: leading batch dims: the kernel's batch dims (one vector or matrix per batch, strided by L) or
+    #: () (one for all batches, broadcast over L with batch stride 0).
+    batch: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EpilogueOutput:
+    """An extra output the epilogue writes besides ``d`` (declared with ``->`` in the epilogue block).
+
+    ``kind`` is ``matrix`` for a full M×N tensor (``pre : bf16[M, N] row -> pre_act``; CUTLASS Sm90AuxStore),
+    ``col_vector`` for one value per row m (``[M]``, reduced over N; Sm90ColReduction) or ``row_vector`` for one
+    value per column n (``[N]``, reduced over M; Sm90RowReduction). ``reduce`` is None for a matrix, else
+    ``"sum"`` or ``"max"``; ``value`` is the expression stored (for a reduction: the one reduced), in f32.
+    """
+
+    name: str
+    kind: EpilogueInputKind
+    dtype: DType
+    dims: tuple[str, ...]
+    value: "Expr"
+    reduce: str | None = None
+    layout: Layout = Layout.row
+    binding: str | None = None
+    pos: Pos = field(default_factory=Pos, compare=False)
+    #: batch dims, as :attr:`EpilogueInput.batch` (outputs of batched kernels are not supported yet: always ())
+    batch: tuple[str, ...] = ()
 
 
 # --- epilogue expressions ------------------------------------------------------------------------------
@@ -231,13 +344,23 @@ class Binary:
     pos: Pos = field(default_factory=Pos, compare=False)
 
 
-Expr = Union[Acc, Src, Ref, Const, Unary, Binary]
+@dataclass(frozen=True)
+class Cast:
+    """``cast(x, bf16)``: ``arg`` rounded to ``dtype`` (round to nearest even) and read back as f32,
+    as a PyTorch reference that stores an intermediate in ``dtype`` would (CUTLASS NumericConverter)."""
+
+    dtype: DType
+    arg: "Expr"
+    pos: Pos = field(default_factory=Pos, compare=False)
+
+
+Expr = Union[Acc, Src, Ref, Const, Unary, Binary, Cast]
 
 
 def walk(expr: Expr) -> Iterator[Expr]:
     """Yield every node of an epilogue expression, parents before children."""
     yield expr
-    if isinstance(expr, Unary):
+    if isinstance(expr, (Unary, Cast)):
         yield from walk(expr.arg)
     elif isinstance(expr, Binary):
         yield from walk(expr.lhs)
@@ -256,14 +379,59 @@ def expr_to_text(expr: Expr) -> str:
         return repr(expr.value)
     if isinstance(expr, Unary):
         return f"{expr.op}({expr_to_text(expr.arg)})"
+    if isinstance(expr, Cast):
+        return f"cast({expr_to_text(expr.arg)}, {expr.dtype.value})"
     return f"({expr_to_text(expr.lhs)} {expr.op} {expr_to_text(expr.rhs)})"
+
+
+def linear_combination(expr: Expr, scalars: Mapping[str, float] | None = None) -> tuple[float, float] | None:
+    """``(alpha, beta)`` when ``expr`` is alpha·acc + beta·c with constant alpha, beta, else None.
+
+    That is the only epilogue CUTLASS's SM90 no-smem epilogue runs (``fusion::LinearCombination`` on
+    ``collective::DefaultEpilogue``, ``cutlass/epilogue/collective/builders/sm90_builder.inl``, "No-smem
+    builder"), the one epilogue that writes C/D aligned to less than 16 bytes. ``scalars`` maps the names
+    of literal scalar inputs (``alpha : f32 = 0.5``) to their values; any other input makes it None.
+    """
+    scalars = scalars or {}
+
+    def const(e: Expr) -> float | None:
+        if isinstance(e, Const):
+            return e.value
+        if isinstance(e, Ref) and e.name in scalars:
+            return scalars[e.name]
+        if isinstance(e, Binary) and e.op == "*":
+            lhs, rhs = const(e.lhs), const(e.rhs)
+            return None if lhs is None or rhs is None else lhs * rhs
+        return None
+
+    def lin(e: Expr) -> tuple[float, float] | None:
+        if isinstance(e, Acc):
+            return (1.0, 0.0)
+        if isinstance(e, Src):
+            return (0.0, 1.0)
+        if isinstance(e, Binary) and e.op in ("+", "-"):
+            lhs, rhs = lin(e.lhs), lin(e.rhs)
+            if lhs is None or rhs is None:
+                return None
+            sign = 1.0 if e.op == "+" else -1.0
+            return (lhs[0] + sign * rhs[0], lhs[1] + sign * rhs[1])
+        if isinstance(e, Binary) and e.op == "*":
+            for k, x in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+                factor, term = const(k), lin(x)
+                if factor is not None and term is not None:
+                    return (factor * term[0], factor * term[1])
+        return None
+
+    return lin(expr)
 
 
 # --- kernels and programs ------------------------------------------------------------------------------
 
 #: Settings of a GEMM kernel that may hold a :class:`Choice`, in report order.
 GEMM_SETTINGS = ("target", "accum", "tile", "cluster", "schedule", "stages", "scheduler", "split_k", "raster",
-                 "swizzle")
+                 "swizzle", "alignment")
+#: ``alignment`` values (elements per access of every operand's contiguous dim, capped at 16 bytes).
+ALIGNMENTS = (8, 4, 2, 1)
 #: Settings passed to the kernel at run time (CUTLASS tile-scheduler arguments): they do not change the
 #: compiled code, so configurations that differ only in them share one build.
 RUNTIME_SETTINGS = ("split_k", "raster", "swizzle")
@@ -296,6 +464,8 @@ class GemmKernel:
     scheduler: Setting
     epilogue_inputs: tuple[EpilogueInput, ...] = ()
     epilogue: Expr = field(default_factory=Acc)
+    #: extra outputs the epilogue stores or reduces into besides d, in declaration order (:class:`EpilogueOutput`)
+    epilogue_outputs: tuple[EpilogueOutput, ...] = ()
     pos: Pos = field(default_factory=Pos, compare=False)
     # positions of each setting's value, for error messages about that setting
     setting_pos: Mapping[str, Pos] = field(default_factory=dict, compare=False, hash=False)
@@ -303,6 +473,13 @@ class GemmKernel:
     split_k: Setting = 1
     raster: Setting = RasterOrder.auto
     swizzle: Setting = 1
+    # elements per global access of each operand's contiguous dim (capped at 16 bytes); None = auto (16
+    # bytes, TMA; ucutlass.bind lowers it to what a problem's extents allow)
+    alignment: Setting = None
+
+    # scale factors of a and b (FP8 per-tensor or blockwise, sm100 block-scaled), see Scale
+    scale_a: Scale | None = None
+    scale_b: Scale | None = None
 
     family = "gemm"
 
@@ -310,6 +487,26 @@ class GemmKernel:
     def operands(self) -> tuple[Operand, ...]:
         """The GEMM operands in ABI order: a, b, [c], d."""
         return tuple(op for op in (self.a, self.b, self.c, self.d) if op is not None)
+
+    @property
+    def scales(self) -> tuple[Scale, ...]:
+        """The declared scale factors, scale_a before scale_b."""
+        return tuple(s for s in (self.scale_a, self.scale_b) if s is not None)
+
+    @property
+    def blockwise(self) -> bool:
+        """True when a scale is per block (the mainloop applies it), not per tensor (the epilogue does)."""
+        return any(not s.per_tensor for s in self.scales)
+
+    @property
+    def batch(self) -> tuple[str, ...]:
+        """The batch dims shared by a, b and d (CUTLASS's batch mode L = their product); () when not batched."""
+        return self.a.batch
+
+    def alignment_of(self, dtype: DType) -> int:
+        """Elements per access for an operand of ``dtype``: ``alignment`` capped at 16 bytes (auto: 16 bytes)."""
+        full = 128 // dtype.bits  # 16 bytes (32 for the 4-bit e2m1)
+        return full if self.alignment is None else min(int(self.alignment), full)
 
     def choices(self) -> dict[str, Choice]:
         """Open choices of this kernel, keyed by setting name (``tile``, ``a.layout``, …)."""
@@ -363,6 +560,12 @@ class GemmKernel:
         parts += [spell(op.dtype) + ("t" if op.layout is Layout.col else "") for op in self.operands]
         parts += [spell(self.accum), spell(self.tile), spell(self.cluster), spell(self.schedule),
                   spell(self.scheduler), "s" + spell(self.stages)]
+        parts += [f"{s.name}{s.dtype.value}" + ("x".join(str(b) for b in s.block) if not s.per_tensor else "")
+                  for s in self.scales]
+        if self.batch:
+            parts.append("batched")
+        if self.alignment is not None:
+            parts.append("align" + spell(self.alignment))
         runtime = {"split_k": "sk", "raster": "r", "swizzle": "sw"}
         parts += [tag + spell(getattr(self, key)) for key, tag in runtime.items()
                   if getattr(self, key) != RUNTIME_DEFAULTS[key]]
@@ -379,6 +582,58 @@ class GemmKernel:
     def build_digest(self) -> str:
         """:meth:`digest` of :meth:`build_config`: equal for kernels that share one compiled binary."""
         return self.build_config().digest()
+
+
+class IndexType(enum.Enum):
+    """Integer element types of a grouped GEMM's group operand (``m_sizes : i32[G]``)."""
+
+    i32 = "i32"
+    i64 = "i64"
+
+    @property
+    def bits(self) -> int:
+        """Width of one element in bits."""
+        return 32 if self is IndexType.i32 else 64
+
+    @property
+    def bytes(self) -> int:
+        """Width of one element in bytes."""
+        return self.bits // 8
+
+    @property
+    def torch_name(self) -> str:
+        """The `torch.dtype` attribute name (also the SOL-ExecBench `dtype` string)."""
+        return "int32" if self is IndexType.i32 else "int64"
+
+
+#: Names of a grouped GEMM's group operand and what its G values hold: ``m_sizes`` the rows of each group
+#: (``torch.bincount`` of the expert ids), ``m_offsets`` the cumulative row ends (``m_sizes.cumsum(0)``,
+#: the ``offs`` of ``torch._grouped_mm``).
+GROUP_OPERANDS = ("m_sizes", "m_offsets")
+
+
+@dataclass(frozen=True)
+class GroupedGemmKernel(GemmKernel):
+    """A grouped GEMM (CUTLASS ptr-array grouped GEMM): one GEMM per group g, D_g = epilogue(A_g · B_gᵀ).
+
+    Rows of ``a`` ([M, K] row, M = all groups' rows, sorted by group) and ``d`` ([M, N] row) are split into G
+    consecutive groups by ``groups`` (``m_sizes`` or ``m_offsets``, :data:`GROUP_OPERANDS`, an
+    :class:`IndexType` vector of G values read on the device at run time); ``b`` is declared ``[G, N, K]`` or
+    ``[G, K, N]`` (one weight per group, stacked, row-major). Groups may have 0 rows. Epilogue inputs:
+    ``[N]`` (one row for all groups), ``[G, N]`` (one row per group), ``[M]`` (one value per row) and scalars.
+    """
+
+    groups: Operand | None = None
+
+    family = "grouped_gemm"
+
+    def config_name(self) -> str:
+        """:meth:`GemmKernel.config_name` with ``grouped`` and the group operand, e.g.
+        ``experts_grouped_m_sizes_i32_sm90_bf16_bf16_bf16_f32_128x128x64_1x1x1_cooperative_persistent_sauto``."""
+        base = super().config_name()
+        tag = f"grouped_{self.groups.name}_{getattr(self.groups.dtype, 'value', self.groups.dtype)}" \
+            if self.groups is not None else "grouped"
+        return base.replace(self.name + "_", f"{self.name}_{tag}_", 1)
 
 
 Kernel = GemmKernel

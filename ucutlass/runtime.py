@@ -122,13 +122,20 @@ class CompiledKernel:
         self._workspaces: dict[int, Any] = {}
         self._plans: dict[tuple, tuple] = {}  # checked argument signatures -> launch plan
         self._lock = threading.Lock()
-        self._inputs = {i.name: i for i in kernel.epilogue_inputs}
+        # epilogue inputs and extra outputs (-> in the epilogue) by name: checked alike, in ABI order
+        self._inputs = {i.name: i for i in (*kernel.epilogue_inputs, *kernel.epilogue_outputs)}
 
     # --- argument checks ---------------------------------------------------------------------------
 
     def _matrix(self, name: str, t: Any, dims: tuple[str, ...], layout: Layout, dtype: DType,
-                extents: dict[str, int], device: Any) -> Any:
-        """Check one 2-D operand (folding leading dims for row layout); return its 2-D view."""
+                extents: dict[str, int], device: Any, batch: tuple[str, ...] = (), align: int | None = None) -> Any:
+        """Check one operand; return its 2-D view (one batch's view for a batched operand).
+
+        A batched operand (``batch`` dims declared) is exactly ``[*batch, *dims]`` with packed, outermost batch
+        strides; an unbatched one folds leading dims into its first mode (row layout) unless the kernel is
+        batched (then it is shared by every batch and must be 2-D). ``align``: elements per access the kernel
+        was built for (16 bytes when None).
+        """
         import torch
 
         if type(t) is not torch.Tensor:
@@ -138,6 +145,27 @@ class CompiledKernel:
         if t.dtype != getattr(torch, dtype.torch_name):
             raise KernelRuntimeError(f"{name}: dtype {t.dtype}, the kernel was compiled for {dtype.value} "
                                      f"(torch.{dtype.torch_name})")
+        if batch:
+            if t.dim() != len(batch) + 2:
+                raise KernelRuntimeError(f"{name}: expected a {len(batch) + 2}-D tensor [{', '.join(batch + dims)}], "
+                                         f"got shape {tuple(t.shape)}")
+            for dim, size in zip(batch, t.shape):
+                if extents.setdefault(dim, int(size)) != size:
+                    raise KernelRuntimeError(f"{name}: batch dim {dim} = {size}, but another operand gives {dim} = "
+                                             f"{extents[dim]}")
+            per_batch = t.shape[-2] * t.shape[-1]
+            want_batch = [per_batch * math.prod(t.shape[i + 1:len(batch)]) for i in range(len(batch))]
+            if any(size > 1 and stride != w for size, stride, w in zip(t.shape, t.stride(), want_batch)):
+                raise KernelRuntimeError(f"{name}: batch strides {tuple(t.stride()[:len(batch)])} are not packed "
+                                         f"(expected {tuple(want_batch)}: each batch's matrix after the other)")
+            if not all(t.shape[:len(batch)]):  # no batches: nothing to read, only the extents to record
+                for dim, size in zip(dims, t.shape[-2:]):
+                    extents.setdefault(dim, int(size))
+                return t
+            t = t[(0,) * len(batch)]  # one batch's matrix: the layout checks below apply to it
+        elif self.kernel.batch and t.dim() != 2:
+            raise KernelRuntimeError(f"{name}: declared without batch dims, it is shared by every batch and must be "
+                                     f"2-D [{', '.join(dims)}], got shape {tuple(t.shape)}")
         if t.dim() > 2 and layout is Layout.row:
             if not t.is_contiguous():
                 raise KernelRuntimeError(f"{name}: a {t.dim()}-D operand folds its leading dimensions into "
@@ -157,42 +185,102 @@ class CompiledKernel:
             raise KernelRuntimeError(f"{name}: strides {tuple(t.stride())} do not match a {layout.value}-major "
                                      f"[{', '.join(dims)}] tensor (expected {want})")
         contiguous_extent = cols if layout is Layout.row else rows
-        if (contiguous_extent * dtype.bytes) % 16:
-            step = 16 // math.gcd(16, dtype.bytes)
+        step = align or 16 // math.gcd(16, dtype.bytes)
+        if contiguous_extent % step:
             lo = contiguous_extent // step * step
             contiguous_dim = dims[-1] if layout is Layout.row else dims[0]
+            if step * dtype.bytes == 16:
+                why = (f"{contiguous_dim} = {contiguous_extent} × {dtype.bytes} bytes is not a multiple of 16; TMA "
+                       "needs 16-byte aligned rows")
+            else:
+                why = (f"{contiguous_dim} = {contiguous_extent} is not a multiple of {step} elements, the alignment "
+                       f"this kernel was built with")
+            fit = math.gcd(contiguous_extent, step)
             raise KernelRuntimeError(
-                f"{name}: {contiguous_dim} = {contiguous_extent} × {dtype.bytes} bytes is not a multiple of 16; "
-                f"TMA needs 16-byte aligned rows (nearest valid {contiguous_dim}: {lo or step} or {lo + step})")
+                f"{name}: {why} (nearest valid {contiguous_dim}: {lo or step} or {lo + step}; this extent needs a "
+                f"kernel built with alignment = {fit} or less)")
         if t.data_ptr() % 16:
             raise KernelRuntimeError(f"{name}: data pointer is not 16-byte aligned (a sliced view?); "
                                      "pass a fresh or .contiguous() tensor")
         return t
 
-    def _vector(self, name: str, t: Any, size_dim: str, dtype: DType, extents: dict[str, int], device: Any):
+    def _vector(self, name: str, t: Any, size_dim: str, dtype: DType, extents: dict[str, int], device: Any,
+                batches: int = 1):
+        """Check a vector of ``extents[size_dim]`` elements (``batches`` of them, packed, for a batched input)."""
         import torch
 
         if type(t) is not torch.Tensor:
             raise KernelRuntimeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
         if t.device != device or t.dtype != getattr(torch, dtype.torch_name):
             raise KernelRuntimeError(f"{name}: expected {dtype.value} on {device}, got {t.dtype} on {t.device}")
-        if not t.is_contiguous() or t.numel() != extents[size_dim]:
-            raise KernelRuntimeError(f"{name}: expected a contiguous vector of {size_dim} = {extents[size_dim]} "
+        if not t.is_contiguous() or t.numel() != extents[size_dim] * batches:
+            per = f"{batches} batches × " if batches != 1 else ""
+            raise KernelRuntimeError(f"{name}: expected a contiguous vector of {per}{size_dim} = {extents[size_dim]} "
                                      f"elements, got shape {tuple(t.shape)}")
         if t.data_ptr() % 16:
             raise KernelRuntimeError(f"{name}: data pointer is not 16-byte aligned")
         return t
 
+    def _scale(self, scale: Any, t: Any, extents: Mapping[str, int], device: Any) -> None:
+        """Check a scale-factor tensor (:class:`ucutlass.ir.Scale`) against the extents of a and b.
+
+        Per-tensor: one element. Blockwise (sm90): the declared shape with each ``X/g`` extent ceil(X / g), in the
+        declared layout. sm100 block-scaled: CUTLASS's 128x4-atom layout, roundup(M or N, 128) x roundup(K/g, 4)
+        elements (``Sm1xxBlockScaledConfig``), contiguous.
+        """
+        import torch
+
+        name = scale.name
+        if type(t) is not torch.Tensor:
+            raise KernelRuntimeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        want = getattr(torch, scale.dtype.torch_name)
+        if t.device != device or t.dtype != want:
+            raise KernelRuntimeError(f"{name}: expected {scale.dtype.value} (torch.{scale.dtype.torch_name}) on "
+                                     f"{device}, got {t.dtype} on {t.device}")
+        if scale.per_tensor:
+            if t.numel() != 1:
+                raise KernelRuntimeError(f"{name}: a per-tensor scale is one element, got shape {tuple(t.shape)}")
+            return
+        from .ir import Target, split_dim
+
+        sizes = []
+        for dim in scale.dims:
+            base, div = split_dim(dim)
+            sizes.append(-(-extents[base] // div))
+        if self.kernel.target is Target.sm100:
+            mn, kb = (sizes[0], sizes[1]) if split_dim(scale.dims[0])[0] != "K" else (sizes[1], sizes[0])
+            need = -(-mn // 128) * 128 * (-(-kb // 4) * 4)
+            if not t.is_contiguous() or t.numel() != need:
+                raise KernelRuntimeError(f"{name}: expected {need} contiguous scale factors in CUTLASS's 128x4 "
+                                         f"blocked layout (roundup({mn}, 128) x roundup({kb}, 4)), got shape "
+                                         f"{tuple(t.shape)}")
+            return
+        if t.dim() > 2 and scale.layout is Layout.row and t.is_contiguous():
+            t = t.reshape(-1, t.shape[-1])
+        if tuple(t.shape) != tuple(sizes):
+            raise KernelRuntimeError(f"{name}: expected shape {tuple(sizes)} for [{', '.join(scale.dims)}] "
+                                     f"(ceil of each extent over its block), got {tuple(t.shape)}")
+        rows, cols = sizes
+        want_strides = (cols, 1) if scale.layout is Layout.row else (1, rows)
+        if any(size > 1 and st != w for size, st, w in zip(t.shape, t.stride(), want_strides)):
+            raise KernelRuntimeError(f"{name}: strides {tuple(t.stride())} do not match a {scale.layout.value}-major "
+                                     f"[{', '.join(scale.dims)}] tensor (expected {want_strides})")
+
     # --- calling -----------------------------------------------------------------------------------
 
-    def workspace_size(self, m: int, n: int, k: int) -> int:
-        """Bytes of device workspace for extents (M, N, K) with this kernel's run-time settings."""
-        ext = (ctypes.c_int64 * 3)(m, n, k)
-        return int(self._lib.ucut_workspace_size(ext, self._knobs))
+    def _extents(self, m: int, n: int, k: int, l: int = 1):
+        """The ``extents`` array of the ABI: M, N, K (and L for a batched kernel)."""
+        if l != 1 and len(self.abi.extents) == 3:
+            raise KernelRuntimeError(f"{self.kernel.name} is not batched; L = {l}")
+        return (ctypes.c_int64 * len(self.abi.extents))(*(m, n, k, l)[:len(self.abi.extents)])
 
-    def can_implement(self, m: int, n: int, k: int) -> tuple[bool, str]:
-        """Whether CUTLASS accepts extents (M, N, K); the reason when it does not."""
-        ext = (ctypes.c_int64 * 3)(m, n, k)
+    def workspace_size(self, m: int, n: int, k: int, l: int = 1) -> int:
+        """Bytes of device workspace for extents (M, N, K, batch count L) with this kernel's run-time settings."""
+        return int(self._lib.ucut_workspace_size(self._extents(m, n, k, l), self._knobs))
+
+    def can_implement(self, m: int, n: int, k: int, l: int = 1) -> tuple[bool, str]:
+        """Whether CUTLASS accepts extents (M, N, K, batch count L); the reason when it does not."""
+        ext = self._extents(m, n, k, l)
         rc = self._lib.ucut_can_implement(ext, self._knobs)
         return rc == 0, "" if rc == 0 else self._lib.ucut_last_error().decode()
 
@@ -240,18 +328,25 @@ class CompiledKernel:
         extents: dict[str, int] = {}
         tensors = dict(zip(self.abi.ptr_names, values))
         for op in k.operands:
-            self._matrix(op.name, tensors[op.name], op.dims, op.layout, op.dtype, extents, device)
-        for name in self.abi.ptr_names[len(k.operands):]:
+            self._matrix(op.name, tensors[op.name], op.dims, op.layout, op.dtype, extents, device, op.batch,
+                         k.alignment_of(op.dtype))
+        batches = math.prod(extents[d] for d in k.batch)
+        scales = {s.name: s for s in k.scales}
+        for name in [n for n in self.abi.ptr_names[len(k.operands):] if n not in scales]:
             inp = self._inputs[name]
             if inp.kind is EpilogueInputKind.matrix:
-                self._matrix(name, tensors[name], inp.dims, inp.layout, inp.dtype, extents, device)
+                self._matrix(name, tensors[name], inp.dims, inp.layout, inp.dtype, extents, device, inp.batch)
             else:
                 dim = "N" if inp.kind is EpilogueInputKind.row_vector else "M"
-                self._vector(name, tensors[name], dim, inp.dtype, extents, device)
+                self._vector(name, tensors[name], dim, inp.dtype, extents, device, batches if inp.batch else 1)
+        for scale in scales.values():
+            self._scale(scale, tensors[scale.name], extents, device)
         m, n, kk = extents["M"], extents["N"], extents["K"]
-        if kk == 0 and m and n:
+        if kk == 0 and m and n and batches:
             raise KernelRuntimeError(f"{k.name}: K = 0 is not supported")
-        ext = (ctypes.c_int64 * 3)(m, n, kk)
+        if not batches:
+            m = 0  # an empty batch: nothing to compute
+        ext = self._extents(m, n, kk, batches)
         nbytes = int(self._lib.ucut_workspace_size(ext, self._knobs)) if m and n else 0
         return device, ext, nbytes, (m, n, kk)
 
@@ -317,6 +412,12 @@ class CompiledKernel:
 
 def load_kernel(so_path: str | os.PathLike, kernel: GemmKernel) -> CompiledKernel:
     """Load ``so_path`` (built from ``kernel``) as a callable; see :class:`CompiledKernel`."""
+    if getattr(kernel, "family", "gemm") == "attention":  # FMHA: ucutlass.attention_runtime
+        from .attention_runtime import AttentionCompiledKernel
+        return AttentionCompiledKernel(so_path, kernel)  # type: ignore[return-value]
+    if getattr(kernel, "family", "gemm") == "grouped_gemm":  # ptr-array grouped GEMM: ucutlass.grouped_runtime
+        from .grouped_runtime import GroupedCompiledKernel
+        return GroupedCompiledKernel(so_path, kernel)
     return CompiledKernel(so_path, kernel)
 
 
@@ -339,4 +440,5 @@ def load_solution(payload: Mapping[str, Any], problem: Any):
 
     if torch.cuda.is_available():
         check_device(kernel.target)  # refuse before grading starts (the first call would refuse too)
-    return bind(kernel, problem).callable(load_kernel(payload["so_path"], kernel))
+    binding = bind(kernel, problem)  # binding.kernel: alignment = auto lowered to what the workloads allow
+    return binding.callable(load_kernel(payload["so_path"], getattr(binding, "kernel", kernel)))

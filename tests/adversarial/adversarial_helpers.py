@@ -109,8 +109,10 @@ KINDS: tuple[Kind, ...] = (
          "NaN"),
     Kind("alias_input", "returns an input's memory as the output", "cheat_alias_input.py", "adv_gemm",
          _s(S.OUTPUT_ALIASED), _s(S.OUTPUT_ALIASED), "shares memory"),
+    # Either verdict is right: the grader's reset of the persisting lines the cheat marked is GPU work the
+    # cheat causes outside its events (UNTIMED_WORK on the H200 at times), and when it passes it is slower.
     Kind("l2_persist", "persisting-L2 window keeps the weights in L2 across the flush", "cheat_l2_persist.py",
-         "adv_gemm_bf16", None, _s(S.PASSED), no_gain=True),
+         "adv_gemm_bf16", None, _s(S.PASSED, S.UNTIMED_WORK), no_gain=True),
 )
 
 #: Honest solutions per problem (device: which may run where) and the honest baseline a no-gain cheat is

@@ -13,6 +13,8 @@ from typing import Mapping
 from ..errors import Diagnostic
 from ..ir import Choice, GemmKernel, Schedule, Target
 from . import sm90, sm100
+from . import sm90_attention, sm100_attention
+from . import sm90_grouped, sm100_grouped
 
 __all__ = ["check_kernel", "resolve_schedule", "rules_for", "RULES", "TARGET_RULES"]
 
@@ -20,7 +22,12 @@ __all__ = ["check_kernel", "resolve_schedule", "rules_for", "RULES", "TARGET_RUL
 TARGET_RULES: dict[Target, ModuleType] = {Target.sm90: sm90, Target.sm100: sm100}
 
 #: Every rule code of every target, with what it checks (the card, docs/DSL.md, lists them all).
-RULES: dict[str, str] = {**sm90.RULES, **sm100.RULES}
+RULES: dict[str, str] = {**sm90.RULES, **sm100.RULES, **sm90_attention.RULES, **sm100_attention.RULES,
+                          **sm90_grouped.RULES, **sm100_grouped.RULES}
+#: The rules module of each target for attention kernels (``kernel NAME : attention``).
+ATTENTION_RULES: dict[Target, ModuleType] = {Target.sm90: sm90_attention, Target.sm100: sm100_attention}
+#: The rules module of each target for grouped GEMMs (``kernel NAME : grouped_gemm``).
+GROUPED_RULES: dict[Target, ModuleType] = {Target.sm90: sm90_grouped, Target.sm100: sm100_grouped}
 
 
 def rules_for(kernel: GemmKernel) -> ModuleType:
@@ -31,6 +38,10 @@ def rules_for(kernel: GemmKernel) -> ModuleType:
     """
     if isinstance(kernel.target, Choice):
         raise ValueError(f"kernel {kernel.name!r}: target is an open choice; resolve it first")
+    if getattr(kernel, "family", "gemm") == "attention":
+        return ATTENTION_RULES[kernel.target]
+    if getattr(kernel, "family", "gemm") == "grouped_gemm":  # ptr-array grouped GEMM
+        return GROUPED_RULES[kernel.target]
     return TARGET_RULES[kernel.target]
 
 

@@ -121,7 +121,7 @@ def check_element_types(kernel: GemmKernel, prefix: str, mma: str) -> list[Diagn
     """``{prefix}.mixed-input`` and ``{prefix}.accum``; ``mma`` names the instruction (wgmma, tcgen05)."""
     out: list[Diagnostic] = []
     a, b = kernel.a, kernel.b
-    if a.dtype is not b.dtype:
+    if a.dtype is not b.dtype and not (a.dtype.is_fp8 and b.dtype.is_fp8):  # e4m3 x e5m2 is one FP8 MMA
         out.append(diag(f"{prefix}.mixed-input", f"a is {a.dtype.value} but b is {b.dtype.value}: a and b must have "
                         "the same dtype (mixed-input GEMM comes later)", pos(kernel, "b.dtype"), (a.dtype.value,)))
     valid_accum = ("f32", "f16") if a.dtype is DType.f16 and b.dtype is DType.f16 else ("f32",)
@@ -136,12 +136,13 @@ def check_element_types(kernel: GemmKernel, prefix: str, mma: str) -> list[Diagn
 def check_tile_k(kernel: GemmKernel, prefix: str) -> list[Diagnostic]:
     """``{prefix}.tile-k``: tile K x element bytes in :data:`TILE_K_BYTES`."""
     tile_k = kernel.tile[2]
-    elem = kernel.a.dtype.bytes
-    if tile_k * elem in TILE_K_BYTES:
+    bits = kernel.a.dtype.bits  # 4 for e2m1: two elements per byte
+    elem = f"{bits // 8} bytes" if bits >= 8 else "1/2 byte"
+    if tile_k * bits // 8 in TILE_K_BYTES:
         return []
-    return [diag(f"{prefix}.tile-k", f"tile {spell(kernel.tile)}: tile K {tile_k} x {elem} bytes "
-                 f"({kernel.a.dtype.value}) = {tile_k * elem} bytes; it must be 64, 128 or 256 bytes (the 128-byte "
-                 "smem swizzle atom)", pos(kernel, "tile"), tuple(n // elem for n in TILE_K_BYTES))]
+    return [diag(f"{prefix}.tile-k", f"tile {spell(kernel.tile)}: tile K {tile_k} x {elem} "
+                 f"({kernel.a.dtype.value}) = {tile_k * bits // 8} bytes; it must be 64, 128 or 256 bytes (the 128-byte "
+                 "smem swizzle atom)", pos(kernel, "tile"), tuple(n * 8 // bits for n in TILE_K_BYTES))]
 
 
 def check_cluster(kernel: GemmKernel, prefix: str) -> list[Diagnostic]:
@@ -190,24 +191,70 @@ def check_stages_min(kernel: GemmKernel, prefix: str, mainloop: str) -> list[Dia
                  f"{MIN_STAGES} stages", pos(kernel, "stages"), ("auto", "2", "3", "4"))]
 
 
+#: cp.async, the SM90 mainloop for a and b that TMA cannot load (alignment below 16 bytes), copies at least
+#: 4 bytes: ``cutlass/gemm/collective/builders/sm90_gmma_builder.inl:796`` "Minimum alignment required for
+#: cp.async is 4B" (``detail::cp_async_min_alignment_bytes``).
+CP_ASYNC_MIN_ALIGNMENT_BYTES = 4
+
+
+def alignment_tensors(kernel: GemmKernel) -> list[tuple[str, tuple[str, ...], Layout, DType, Pos, int]]:
+    """Every tensor with the elements per access it is built for: (name, dims, layout, dtype, pos, alignment).
+
+    a, b, c and d follow the ``alignment`` setting (:meth:`GemmKernel.alignment_of`); the epilogue's vectors
+    and matrices are always loaded 16 bytes at a time (Sm90RowBroadcast/ColBroadcast, Sm90AuxLoad by TMA).
+    """
+    out = [(op.name, op.dims, op.layout, op.dtype, op.pos, kernel.alignment_of(op.dtype)) for op in kernel.operands]
+    out += [(inp.name, inp.dims, inp.layout, inp.dtype, inp.pos, TMA_ALIGNMENT_BYTES // inp.dtype.bytes)
+            for inp in kernel.epilogue_inputs if inp.kind is not EpilogueInputKind.scalar]
+    # extra [M, N] outputs are stored by TMA (Sm90AuxStore); the reductions write element by element
+    out += [(o.name, o.dims, o.layout, o.dtype, o.pos, TMA_ALIGNMENT_BYTES // o.dtype.bytes)
+            for o in kernel.epilogue_outputs if o.kind is EpilogueInputKind.matrix]
+    return out
+
+
+def largest_alignment(kernel: GemmKernel, extents: Iterable[Mapping[str, int]]) -> int | None:
+    """The largest ``alignment`` setting (8, 4, 2, 1 elements) whose a, b, c, d accesses divide every operand's
+    contiguous extent in every one of ``extents``; None when 16 bytes (``auto``) already does."""
+    needed: int | None = None  # the largest elements per access that every ragged extent allows
+    for ext in extents:
+        for op in kernel.operands:
+            extent = ext.get(contiguous(op.dims, op.layout))
+            full = 8 * TMA_ALIGNMENT_BYTES // op.dtype.bits
+            if extent and int(extent) % full:
+                fit = math.gcd(full, int(extent))
+                needed = fit if needed is None else min(needed, fit)
+    if needed is None:
+        return None
+    return max(a for a in (8, 4, 2, 1) if needed % a == 0)
+
+
 def check_alignment(kernel: GemmKernel, extents: Mapping[str, int] | None, prefix: str) -> list[Diagnostic]:
-    """``{prefix}.align``: each tensor's contiguous extent x element bytes is a multiple of 16 (TMA)."""
+    """``{prefix}.align``: each tensor's contiguous extent is a multiple of the elements per access it is built
+    for (16 bytes with TMA; the ``alignment`` setting for a, b, c, d)."""
     out: list[Diagnostic] = []
     if not extents:
         return out
-    tensors: list[tuple[str, tuple[str, ...], Layout, DType, Pos]] = [
-        (op.name, op.dims, op.layout, op.dtype, op.pos) for op in kernel.operands]
-    tensors += [(inp.name, inp.dims, inp.layout, inp.dtype, inp.pos) for inp in kernel.epilogue_inputs
-                if inp.kind is not EpilogueInputKind.scalar]
-    for name, dims, layout, dtype, where in tensors:
+    for name, dims, layout, dtype, where, align in alignment_tensors(kernel):
         dim = contiguous(dims, layout)
         extent = extents.get(dim)
-        if extent is None or (extent * dtype.bytes) % TMA_ALIGNMENT_BYTES == 0:
+        if extent is None or extent % align == 0:
             continue
-        multiple = TMA_ALIGNMENT_BYTES // math.gcd(TMA_ALIGNMENT_BYTES, dtype.bytes)
-        nearest = nearest_multiples(extent, multiple)
+        nearest = nearest_multiples(extent, align)
+        fix = ""
+        if name in ("a", "b", "c", "d"):
+            fit = largest_alignment(kernel, [extents])
+            min_ab = min(kernel.a.dtype.bytes, kernel.b.dtype.bytes)
+            if fit and fit * min_ab < CP_ASYNC_MIN_ALIGNMENT_BYTES:
+                fix = (f"; that needs alignment = {fit}, but a and b cannot be read less than "
+                       f"{CP_ASYNC_MIN_ALIGNMENT_BYTES} bytes at a time (cp.async): pad {dim}")
+            elif fit:
+                fix = f"; build with alignment = {fit} (or auto, bound to the problem)"
+        if align * dtype.bits == 8 * TMA_ALIGNMENT_BYTES:
+            what = (f"{extent * dtype.bytes} bytes, not a multiple of {TMA_ALIGNMENT_BYTES} (TMA needs 16-byte "
+                    "aligned rows)")
+        else:
+            what = f"not a multiple of {align} (the kernel is built with alignment = {kernel.alignment})"
         out.append(diag(f"{prefix}.align", f"{name}: its contiguous dim {dim} = {extent} {dtype.value} elements is "
-                        f"{extent * dtype.bytes} bytes, not a multiple of {TMA_ALIGNMENT_BYTES} (TMA needs "
-                        f"16-byte aligned rows); nearest valid {dim}: {', '.join(str(v) for v in nearest)}",
+                        f"{what}{fix}; nearest valid {dim}: {', '.join(str(v) for v in nearest)}",
                         where if where.line else kernel.pos, nearest))
     return out

@@ -93,7 +93,86 @@ RULES: dict[str, str] = {
     "sm100.smem": "explicit stages fit in 227 KiB of shared memory",
     "sm100.smem-auto": "stages = auto fits at least 2 stages",
     "sm100.align": "contiguous extent x element bytes is a multiple of 16 (when extents are given)",
+    "sm100.scale-dtype": "a per-tensor scale_a or scale_b is f32",
+    "sm100.blockscaled-format": "block scales are NVFP4 (e2m1, ue4m3 per K/16) or MXFP8 (f8, ue8m0 per K/32)",
+    "sm100.blockscaled-k-major": "block-scaled a and b are K-major",
+    "sm100.blockscaled-tile": "block-scaled CTA tile: M 128, N 64/128/192/256, K 128 bytes",
+    "sm100.align-tma": "alignment is auto (16 bytes): sm100 kernels load and store with TMA only",
 }
+
+#: Block-scaled tcgen05 GEMMs (``cutlass/gemm/collective/builders/sm100_blockscaled_umma_builder.inl``), by the
+#: name ucutlass reports: (a and b dtypes, scale-factor dtype, elements per scale along K, kernel schedule
+#: suffix). NVFP4: e2m1 with ue4m3 scales per 16 (``cutlass::nv_float4_t``, KernelTmaWarpSpecialized1SmNvf4Sm100);
+#: MXFP8: e4m3/e5m2 with ue8m0 scales per 32 (``cutlass::mx_float8_t``, KernelTmaWarpSpecialized1SmMxf8f6f4Sm100).
+BLOCK_SCALED_FORMATS: dict[str, tuple[tuple[DType, ...], DType, int, str]] = {
+    "nvfp4": ((DType.e2m1,), DType.ue4m3, 16, "Nvf4"),
+    "mxfp8": ((DType.f8e4m3, DType.f8e5m2), DType.ue8m0, 32, "Mxf8f6f4"),
+}
+#: Per-CTA tile N of the block-scaled mainloop (``cutlass/gemm/collective/sm100_blockscaled_mma_warpspecialized.hpp:125``
+#: "Cta N should be one of 64/128/192/256"); per-CTA tile M is one 128-row scale-factor atom
+#: (``cutlass/detail/sm100_blockscaled_layout.hpp:51`` ``Blk_MN = _128``).
+BLOCK_SCALED_CTA_N = (64, 128, 192, 256)
+BLOCK_SCALED_CTA_M = 128
+#: Tile K of a block-scaled GEMM: 128 bytes of a and b, i.e. 256 e2m1 or 128 FP8 elements (CUTLASS example
+#: 72_blackwell_narrow_precision_gemm; four scale factors per row, ``Blk_SF = _4``, per 64 or 128 elements).
+BLOCK_SCALED_TILE_K_BYTES = 128
+
+
+def block_scaled_format(kernel: GemmKernel) -> str | None:
+    """``"nvfp4"`` or ``"mxfp8"`` when both scales are sm100 block-scale factors of that format, else None."""
+    sa, sb = kernel.scale_a, kernel.scale_b
+    if sa is None or sb is None or sa.per_tensor or sb.per_tensor:
+        return None
+    for name, (ab, sf, vec, _) in BLOCK_SCALED_FORMATS.items():
+        if (kernel.a.dtype in ab and kernel.b.dtype in ab and sa.dtype is sf and sb.dtype is sf
+                and sa.block == (1, vec) and sb.block == (1, vec)):
+            return name
+    return None
+
+
+def _check_block_scaled(kernel: GemmKernel, schedule: Schedule | None) -> list[Diagnostic]:
+    """``sm100.scale-dtype``, ``sm100.blockscaled-format``, ``sm100.blockscaled-tile``, ``sm100.blockscaled-k-major``."""
+    out: list[Diagnostic] = []
+    for s in kernel.scales:
+        if s.per_tensor and s.dtype is not DType.f32:
+            out.append(diag("sm100.scale-dtype", f"{s.name} is one {s.dtype.value} for the tensor; per-tensor scales "
+                            "are f32", s.pos, ("f32",)))
+    a, b = kernel.a, kernel.b
+    fmt = block_scaled_format(kernel)
+    wants = kernel.blockwise or DType.e2m1 in (a.dtype, b.dtype) or any(
+        s.dtype in (DType.ue4m3, DType.ue8m0) for s in kernel.scales)
+    if fmt is None and wants:
+        where = next((s.pos for s in kernel.scales if not s.per_tensor), pos(kernel, "a.dtype"))
+        out.append(diag("sm100.blockscaled-format", "sm100 block-scaled GEMMs are NVFP4 (a, b : e2m1 with "
+                        "scale_a : ue4m3[M, K/16], scale_b : ue4m3[N, K/16]) or MXFP8 (a, b : f8e4m3/f8e5m2 with "
+                        "scale_a : ue8m0[M, K/32], scale_b : ue8m0[N, K/32]); this kernel has a : "
+                        f"{a.dtype.value}, b : {b.dtype.value}, "
+                        + ", ".join(f"{s.name} : {s.dtype.value}[{', '.join(s.dims)}]" for s in kernel.scales),
+                        where, ("nvfp4", "mxfp8")))
+        return out
+    if fmt is None:
+        return out
+    for op in (a, b):
+        if op.contiguous_dim != "K":
+            out.append(diag("sm100.blockscaled-k-major", f"{op.name} is contiguous in {op.contiguous_dim}: block-scaled "
+                            f"{op.name} is K-major (its scale factors run along K)", pos(kernel, f"{op.name}.layout"),
+                            ("row" if op.dims[-1] == "K" else "col",)))
+    if schedule is None:
+        return out
+    cta_m, cta_n, _ = cta_tile(kernel)
+    tile_k = kernel.tile[2]
+    bits = a.dtype.bits
+    valid_k = BLOCK_SCALED_TILE_K_BYTES * 8 // bits
+    if cta_m != BLOCK_SCALED_CTA_M or cta_n not in BLOCK_SCALED_CTA_N or tile_k != valid_k:
+        share = 2 if schedule is Schedule.warpspecialized_2sm else 1
+        out.append(diag("sm100.blockscaled-tile", f"tile {spell(kernel.tile)} with {fmt} and schedule {schedule.value}: "
+                        f"a block-scaled CTA tile is M = {BLOCK_SCALED_CTA_M} (one scale-factor atom), N in "
+                        f"{', '.join(map(str, BLOCK_SCALED_CTA_N))} and K = {valid_k} ({BLOCK_SCALED_TILE_K_BYTES} "
+                        "bytes)", pos(kernel, "tile"),
+                        tuple(f"{BLOCK_SCALED_CTA_M * share}x{n * share}x{valid_k}" for n in (128, 256)
+                              if n * share <= TILE_N_MAX)))
+    return out
+
 
 # --- the model -------------------------------------------------------------------------------------------
 
@@ -214,6 +293,12 @@ def _epilogue_tensor_bytes(kernel: GemmKernel) -> tuple[int, int]:
             aux_align = _smem_alignment(kernel, inp.dims, inp.layout, inp.dtype)
             fusion = round_up(fusion, aux_align) + sub * stages_c * inp.dtype.bytes
             align = max(align, aux_align)
+    for out in kernel.epilogue_outputs:
+        if out.kind is EpilogueInputKind.matrix:  # Sm90AuxStore: subtile x StagesD (Sm100AuxStoreDescriptor)
+            aux_align = _smem_alignment(kernel, out.dims, out.layout, out.dtype)
+            fusion = round_up(fusion, aux_align) + sub * stages_d * out.dtype.bytes
+            align = max(align, aux_align)
+        # the reductions keep no shared memory of their own (Stages = 0)
     return round_up(collective + max(fusion, 1), align), align
 
 
@@ -231,7 +316,14 @@ def stage_bytes(kernel: GemmKernel) -> int:
     both, ``sm100_umma_builder.inl:235-245``)."""
     m, n, k = kernel.tile
     share = 2 if is_2sm(kernel) else 1
-    return (m // share) * k * kernel.a.dtype.bytes + (n // share) * k * kernel.b.dtype.bytes
+    tensors = ((m // share) * k * kernel.a.dtype.bits + (n // share) * k * kernel.b.dtype.bits) // 8
+    fmt = block_scaled_format(kernel)
+    if fmt is None:
+        return tensors
+    # block-scaled: one byte per scale factor, in 128-row atoms (``sm100_compute_stage_count_or_override_blockscaled``,
+    # ``cutlass/gemm/collective/builders/sm100_blockscaled_umma_builder.inl:69-88``)
+    vec = BLOCK_SCALED_FORMATS[fmt][2]
+    return tensors + (round_up(m // share, 128) + round_up(n, 128)) * (k // vec)
 
 
 def _accumulator_stages(kernel: GemmKernel) -> int:
@@ -393,6 +485,9 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
         tile_diags = _check_tile(kernel, schedule, note)
         out += tile_diags
         shape_ok = not tile_diags
+    scaled = _check_block_scaled(kernel, schedule if shape_ok else None)
+    out += scaled
+    shape_ok = shape_ok and not scaled
     tile_k = _common.check_tile_k(kernel, "sm100")
     out += tile_k
     cluster = _common.check_cluster(kernel, "sm100")
@@ -414,5 +509,10 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
     out += stages_min
     if shape_ok and not stages_min:
         out += _check_smem(kernel)
+    small = [op.name for op in kernel.operands if kernel.alignment_of(op.dtype) * op.dtype.bits < 8 * TMA_ALIGNMENT_BYTES]
+    if small:
+        out.append(diag("sm100.align-tma", f"alignment = {kernel.alignment} reads {', '.join(small)} below 16 bytes "
+                        "at a time; ucutlass's sm100 kernels load and store with TMA only (16 bytes): use alignment = "
+                        "auto, or target = sm90 (cp.async fallback)", pos(kernel, "alignment"), ("auto",)))
     return out + _common.check_alignment(kernel, extents, "sm100")
 

@@ -25,7 +25,8 @@ import math
 from typing import Mapping
 
 from ..errors import Diagnostic
-from ..ir import DType, EpilogueInputKind, GemmKernel, Layout, Schedule, Target, TileScheduler
+from ..ir import (ALIGNMENTS, DType, EpilogueInputKind, GemmKernel, Layout, Schedule, Target, TileScheduler,
+                  expr_to_text, linear_combination)
 from . import _common
 from ._common import (CLUSTER_EXTENTS, MAX_CLUSTER_SIZE, MIN_STAGES, SWIZZLE_SIZES, TILE_K_BYTES,
                       TMA_ALIGNMENT_BYTES)
@@ -90,7 +91,23 @@ TILE_N_MULTIPLE = 16
 TILE_N_MAX = 256
 
 #: Schedules of this target (``auto`` resolves to one of the others, :func:`resolve_schedule`).
-SCHEDULES = (Schedule.auto, Schedule.cooperative, Schedule.pingpong, Schedule.warpspecialized)
+SCHEDULES = (Schedule.auto, Schedule.cooperative, Schedule.pingpong, Schedule.warpspecialized,
+             Schedule.cooperative_fp8_fastaccum, Schedule.pingpong_fp8_fastaccum, Schedule.warpspecialized_fp8_fastaccum)
+
+#: Element types of a and b (wgmma: f16/bf16, tf32, e4m3/e5m2; ``sm90_common.inl`` ``is_input_fp8``), and of
+#: c, d and the epilogue's inputs (ucutlass's epilogues read and write 16- and 32-bit floats).
+AB_DTYPES = (DType.bf16, DType.f16, DType.f32, DType.f8e4m3, DType.f8e5m2)
+EPILOGUE_DTYPES = (DType.bf16, DType.f16, DType.f32)
+
+#: Blockwise FP8 scaling (``cutlass/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized_fp8_blockwise_scaling.hpp``):
+#: the scale granularity K must divide tile K (``:125``) and, with the 32-deep FP8 wgmma, be a multiple of
+#: 4 x 32 = 128 (``:129`` "ScalePromotionInterval must be a multiple of 4") no smaller than tile K (``:130``),
+#: so tile K equals the granularity K; the granularities M and N divide tile M and N (``:154-155``).
+BLOCKWISE_K_MULTIPLE = 128
+#: ElementBlockScale is the accumulator type, f32 (``:203`` "ElementAccumulator and ElementBlockScale should be
+#: same datatype"); bytes of one scale in shared memory per stage (``compute_stage_count_with_blockwise_scale``,
+#: ``cutlass/gemm/collective/builders/sm90_gmma_builder.inl:88-106``).
+BLOCK_SCALE_BYTES = 4
 
 #: Rule codes and what each checks (the card, docs/DSL.md, lists them).
 RULES: dict[str, str] = {
@@ -112,7 +129,18 @@ RULES: dict[str, str] = {
     "sm90.stages-min": "stages >= 2",
     "sm90.smem": "explicit stages fit in 227 KiB of shared memory",
     "sm90.smem-auto": "stages = auto fits at least 2 stages",
-    "sm90.align": "contiguous extent x element bytes is a multiple of 16 (when extents are given)",
+    "sm90.align": "contiguous extents are multiples of the elements per access (when extents are given)",
+    "sm90.dtype": "a and b are bf16, f16, f32, f8e4m3 or f8e5m2; c, d and epilogue inputs bf16, f16 or f32",
+    "sm90.fp8-k-major": "f8e4m3/f8e5m2 a and b are both K-major",
+    "sm90.fp8-align": "f8e4m3/f8e5m2 a and b are loaded 16 bytes at a time (alignment auto)",
+    "sm90.fastaccum": "the *_fp8_fastaccum schedules need f8e4m3/f8e5m2 a and b",
+    "sm90.scale-dtype": "scale_a and scale_b are f32",
+    "sm90.blockwise-fp8": "blockwise scales need f8e4m3/f8e5m2 a and b",
+    "sm90.blockwise-pair": "blockwise scale_a and scale_b come together, with the same K block",
+    "sm90.blockwise-schedule": "blockwise scales run cooperative or pingpong (not warpspecialized or fastaccum)",
+    "sm90.blockwise-tile": "blockwise: tile K = the K block (a multiple of 128); M and N blocks divide the tile",
+    "sm90.align-cp-async": "alignment below 16 bytes on a or b (cp.async mainloop): >= 4 bytes, cluster 1x1x1",
+    "sm90.align-epilogue": "alignment below 16 bytes on c or d (no-smem epilogue): d = alpha*acc + beta*c only",
 }
 
 # --- helpers ---------------------------------------------------------------------------------------------
@@ -134,7 +162,7 @@ def resolve_schedule(kernel: GemmKernel) -> Schedule:
 def epilogue_tile(kernel: GemmKernel) -> tuple[int, int]:
     """The epilogue subtile (M, N) of ``EpilogueTileAuto`` (``sm90_builder.inl:114-132``)."""
     tile_m, tile_n, _ = kernel.tile
-    cooperative = resolve_schedule(kernel) is Schedule.cooperative
+    cooperative = resolve_schedule(kernel).base is Schedule.cooperative
     epi_m = min(COOPERATIVE_EPI_TILE_M if cooperative else WARPSPECIALIZED_EPI_TILE_M, tile_m)
     return epi_m, math.gcd(min(EPI_TILE_N, tile_n), tile_n)
 
@@ -179,6 +207,13 @@ def _epilogue_tensor_bytes(kernel: GemmKernel) -> tuple[int, int]:
             fusion = _round_up(fusion, aux_align) + epi_m * epi_n * stages_c * inp.dtype.bytes
             align = max(align, aux_align)
         # col_vector (Sm90ColBroadcast) and scalar (Sm90ScalarBroadcast) use no shared memory
+    for out in kernel.epilogue_outputs:
+        if out.kind is EpilogueInputKind.matrix:  # Sm90AuxStore: epilogue tile x StagesD (AuxStoreDescriptor)
+            aux_align = tile_align(out.dims, out.layout, out.dtype)
+            fusion = _round_up(fusion, aux_align) + epi_m * epi_n * stages_d * out.dtype.bytes
+            align = max(align, aux_align)
+        # Sm90ColReduction / Sm90RowReduction (Stages = 0): no storage of their own, they reduce through
+        # the collective's D buffer (sm90_visitor_store_tma_warpspecialized.hpp, "smem_buffer")
     return _round_up(collective + max(fusion, 1), align), align  # an empty fusion storage still takes 1 byte
 
 
@@ -196,9 +231,14 @@ def epilogue_smem_bytes(kernel: GemmKernel) -> int:
 
 
 def stage_bytes(kernel: GemmKernel) -> int:
-    """Bytes of one mainloop stage: an M x K tile of A and an N x K tile of B."""
+    """Bytes of one mainloop stage: an M x K tile of A and an N x K tile of B (with blockwise scales, also the
+    tile's ScaleMsPerTile + ScaleNsPerTile f32 scales, ``compute_stage_count_with_blockwise_scale``)."""
     tile_m, tile_n, tile_k = kernel.tile
-    return tile_m * tile_k * kernel.a.dtype.bytes + tile_n * tile_k * kernel.b.dtype.bytes
+    scales = 0
+    if kernel.blockwise and kernel.scale_a is not None and kernel.scale_b is not None:
+        gm, gn = max(kernel.scale_a.block[0], 1), max(kernel.scale_b.block[0], 1)
+        scales = BLOCK_SCALE_BYTES * (tile_m // gm + tile_n // gn)
+    return tile_m * tile_k * kernel.a.dtype.bytes + tile_n * tile_k * kernel.b.dtype.bytes + scales
 
 
 def auto_stages(kernel: GemmKernel) -> int:
@@ -239,7 +279,7 @@ def smem_bytes(kernel: GemmKernel, stages: int | None = None) -> int:
     align = max(128, epi_align)
     mainloop = stages * stage_bytes(kernel)
     barriers = PIPELINE_BARRIER_BYTES_PER_STAGE * (stages + stages_c)  # mainloop + epilogue C load pipelines
-    schedule = resolve_schedule(kernel)
+    schedule = resolve_schedule(kernel).base
     if schedule is Schedule.warpspecialized:
         return _round_up(_round_up(max(mainloop, epi_tensors), align) + barriers, align)
     barriers += 16  # load_order: OrderedSequenceBarrier<1, 2>
@@ -257,7 +297,135 @@ def max_stages(kernel: GemmKernel) -> int:
     return n
 
 
+def uses_cp_async(kernel: GemmKernel) -> bool:
+    """True when a or b is aligned to less than 16 bytes: TMA cannot load it, the mainloop is CUTLASS's
+    cp.async one (``KernelCpAsyncWarpSpecialized*``, ``sm90_gmma_builder.inl`` "GMMA_CpAsync_WS_SS")."""
+    return any(kernel.alignment_of(op.dtype) * op.dtype.bytes < TMA_ALIGNMENT_BYTES for op in (kernel.a, kernel.b))
+
+
+def uses_no_smem_epilogue(kernel: GemmKernel) -> bool:
+    """True when c or d is aligned to less than 16 bytes: TMA cannot store it, the epilogue is CUTLASS's
+    ``NoSmemWarpSpecialized`` one (``sm90_builder.inl`` static_assert "C/D Should meet TMA alignment
+    requirement" rules out the TMA epilogue)."""
+    return any(kernel.alignment_of(op.dtype) * op.dtype.bytes < TMA_ALIGNMENT_BYTES
+               for op in (kernel.c, kernel.d) if op is not None)
+
+
+def literal_scalars(kernel: GemmKernel) -> dict[str, float]:
+    """Epilogue scalars with a literal value (``alpha : f32 = 0.5``), by name."""
+    return {i.name: i.value for i in kernel.epilogue_inputs
+            if i.kind is EpilogueInputKind.scalar and i.value is not None}
+
+
+def _check_fallback_alignment(kernel: GemmKernel) -> list[Diagnostic]:
+    """``sm90.align-cp-async`` and ``sm90.align-epilogue``: what runs when TMA cannot."""
+    out: list[Diagnostic] = []
+    where = _pos(kernel, "alignment")
+    if uses_cp_async(kernel):
+        small = [op for op in (kernel.a, kernel.b)
+                 if kernel.alignment_of(op.dtype) * op.dtype.bytes < _common.CP_ASYNC_MIN_ALIGNMENT_BYTES]
+        if small:
+            op = small[0]
+            valid = tuple(str(v) for v in ALIGNMENTS if v * op.dtype.bytes >= _common.CP_ASYNC_MIN_ALIGNMENT_BYTES)
+            names = " and ".join(o.name for o in small)
+            out.append(_diag("sm90.align-cp-async", f"alignment = {kernel.alignment}: {names} "
+                             f"({op.dtype.value}) would be read {kernel.alignment_of(op.dtype) * op.dtype.bytes} bytes "
+                             "at a time; below 16 bytes a and b load with cp.async, which copies at least 4 bytes "
+                             "(CUTLASS: \"Minimum alignment required for cp.async is 4B\")", where, valid))
+        if tuple(kernel.cluster) != (1, 1, 1):
+            out.append(_diag("sm90.align-cp-async", f"alignment = {kernel.alignment} loads a and b with cp.async, "
+                             f"which has no cluster multicast: cluster {_spell(kernel.cluster)} must be 1x1x1",
+                             _pos(kernel, "cluster"), ("1x1x1",)))
+    if uses_no_smem_epilogue(kernel):
+        has_tensors = bool(kernel.epilogue_outputs) or any(i.kind is not EpilogueInputKind.scalar
+                                                           for i in kernel.epilogue_inputs)
+        if has_tensors or linear_combination(kernel.epilogue, literal_scalars(kernel)) is None:
+            out.append(_diag("sm90.align-epilogue", f"alignment = {kernel.alignment} stores d below 16 bytes, "
+                             "which only CUTLASS's no-smem epilogue does, and it computes d = alpha*acc + beta*c "
+                             f"with constant alpha and beta only, not d = {expr_to_text(kernel.epilogue)}; use "
+                             "alignment = auto (16 bytes) or that epilogue", where,
+                             ("auto",) + tuple(str(v) for v in ALIGNMENTS if v * kernel.d.dtype.bytes >= 16)))
+    return out
+
+
 # --- the rules -------------------------------------------------------------------------------------------
+
+
+def _check_fp8(kernel: GemmKernel) -> list[Diagnostic]:
+    """``sm90.dtype``, ``sm90.fp8-k-major``, ``sm90.fp8-align``, ``sm90.fastaccum``, ``sm90.scale-dtype`` and the
+    ``sm90.blockwise-*`` rules (FP8 GEMMs with per-tensor or blockwise scale factors)."""
+    out: list[Diagnostic] = []
+    a, b = kernel.a, kernel.b
+    fp8 = a.dtype.is_fp8 and b.dtype.is_fp8
+    for op in kernel.operands:
+        valid = AB_DTYPES if op.name in ("a", "b") else EPILOGUE_DTYPES
+        if op.dtype not in valid:
+            why = (" (an sm100 block-scaled type)" if op.dtype in (DType.e2m1, DType.ue8m0, DType.ue4m3) else
+                   " (ucutlass's epilogues write 16- and 32-bit floats)")
+            out.append(_diag("sm90.dtype", f"{op.name} is {op.dtype.value}: an sm90 {op.name} is one of "
+                             f"{', '.join(v.value for v in valid)}{why}",
+                             _pos(kernel, f"{op.name}.dtype"), tuple(v.value for v in valid)))
+    for inp in kernel.epilogue_inputs:
+        if inp.dtype not in EPILOGUE_DTYPES:
+            out.append(_diag("sm90.dtype", f"epilogue input {inp.name} is {inp.dtype.value}; epilogue inputs are "
+                             "bf16, f16 or f32", inp.pos, tuple(v.value for v in EPILOGUE_DTYPES)))
+    for op in (a, b):
+        if op.dtype.is_fp8 and op.contiguous_dim != "K":
+            out.append(_diag("sm90.fp8-k-major", f"{op.name} is {op.dtype.value}: 8-bit wgmma reads only K-major "
+                             f"tiles, but {op.name} is contiguous in {op.contiguous_dim}; store it K-major "
+                             f"({op.name} : {op.dtype.value}[{op.dims[0] if op.dims[0] != 'K' else op.dims[1]}, K] row)",
+                             _pos(kernel, f"{op.name}.layout"), ("row" if op.dims[-1] == "K" else "col",)))
+    narrow = [op.name for op in (a, b) if op.dtype.is_fp8 and kernel.alignment_of(op.dtype) < TMA_ALIGNMENT_BYTES]
+    if narrow:
+        out.append(_diag("sm90.fp8-align", f"alignment = {kernel.alignment} with FP8 {' and '.join(narrow)}: "
+                         "ucutlass's FP8 mainloops load a and b with TMA only (16 bytes at a time); pad K to a "
+                         "multiple of 16", _pos(kernel, "alignment"), ("auto",)))
+    if kernel.schedule.fp8_fastaccum and not fp8:
+        out.append(_diag("sm90.fastaccum", f"schedule {kernel.schedule.value} is for f8e4m3/f8e5m2 a and b (CUTLASS: "
+                         "\"Only FP8 datatypes are compatible with these kernel schedules\"); a is "
+                         f"{a.dtype.value}, b is {b.dtype.value}", _pos(kernel, "schedule"),
+                         (kernel.schedule.base.value,)))
+    for s in kernel.scales:
+        if s.dtype is not DType.f32:
+            out.append(_diag("sm90.scale-dtype", f"{s.name} is {s.dtype.value}: sm90 scales are f32 (the "
+                             "epilogue's compute type; blockwise: ElementBlockScale = the f32 accumulator)",
+                             s.pos, ("f32",)))
+    if not kernel.blockwise:
+        return out
+    sa, sb = kernel.scale_a, kernel.scale_b
+    where = (sa or sb).pos  # type: ignore[union-attr]
+    if not fp8:
+        out.append(_diag("sm90.blockwise-fp8", f"blockwise scales need f8e4m3/f8e5m2 a and b (CUTLASS: \"Warp "
+                         "Specialized gemm with FP8 Blockwise (Software) Scaling is only compatible with FP8 inputs\"); "
+                         f"a is {a.dtype.value}, b is {b.dtype.value}", where, ("f8e4m3", "f8e5m2")))
+    if sa is None or sb is None or sa.per_tensor or sb.per_tensor:
+        out.append(_diag("sm90.blockwise-pair", "a blockwise scale needs one for the other operand too (the "
+                         "mainloop scales A and B blocks together): declare scale_a : f32[M, K/128] and "
+                         "scale_b : f32[N/128, K/128]", where, ("scale_a : f32[M, K/128] row",
+                                                                "scale_b : f32[N/128, K/128] row")))
+        return out
+    (gm, gka), (gn, gkb) = sa.block, sb.block
+    if gka != gkb:
+        out.append(_diag("sm90.blockwise-pair", f"scale_a covers K/{gka} but scale_b K/{gkb}: CUTLASS needs \"SFA "
+                         "and SFB ... equivalent SF vector sizes along K\"", sb.pos, (f"K/{gka}",)))
+    if kernel.schedule.fp8_fastaccum or resolve_schedule(kernel).base is Schedule.warpspecialized:
+        out.append(_diag("sm90.blockwise-schedule", f"schedule {kernel.schedule.value} with blockwise scales: the "
+                         "blockwise mainloop runs KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum or "
+                         "...PingpongFP8BlockScaledAccum", _pos(kernel, "schedule"), ("auto", "cooperative", "pingpong")))
+    tile_m, tile_n, tile_k = kernel.tile
+    if gka % BLOCKWISE_K_MULTIPLE or tile_k != gka:
+        out.append(_diag("sm90.blockwise-tile", f"tile {_spell(kernel.tile)} with scales over K/{gka}: the blockwise "
+                         f"mainloop needs tile K = the scale block K, a multiple of {BLOCKWISE_K_MULTIPLE} (it "
+                         "promotes the accumulators once per scale block)", _pos(kernel, "tile"),
+                         (f"{tile_m}x{tile_n}x{gka}",) if gka % BLOCKWISE_K_MULTIPLE == 0 else ("K/128",)))
+    if tile_m % gm or tile_n % gn:
+        out.append(_diag("sm90.blockwise-tile", f"tile {_spell(kernel.tile)}: the scale blocks ({gm} rows of a, {gn} "
+                         "rows of b) must divide tile M and tile N (CUTLASS: \"FP8 scaling granularity must evenly "
+                         "divide tile shape\")", _pos(kernel, "tile"),
+                         tuple(f"{m}x{n}x{tile_k}" for m in (64, 128, 256) for n in (128, 256)
+                               if m % gm == 0 and n % gn == 0)))
+    return out
+
 
 
 def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -> list[Diagnostic]:
@@ -303,8 +471,11 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
         out += _common.check_stages_min(kernel, "sm90", "TMA")
         return out + _common.check_alignment(kernel, extents, "sm90")
 
-    # tile and schedule
-    schedule = resolve_schedule(kernel)
+    # FP8 inputs, their schedules and scale factors
+    out += _check_fp8(kernel)
+
+    # tile and schedule (an FP8 fast-accumulation schedule tiles as its base schedule)
+    schedule = resolve_schedule(kernel).base
     auto_note = f" (schedule auto resolves to {schedule.value})" if kernel.schedule is Schedule.auto else ""
     tile_ok = True
     if schedule is Schedule.cooperative and tile_m not in COOPERATIVE_TILE_M:
@@ -367,5 +538,7 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
                                  ("auto",) + tuple(str(s) for s in range(MIN_STAGES, most + 1))
                                  if most >= MIN_STAGES else ()))
 
-    # 16-byte alignment of the contiguous dim, for the extents we know
+    # below 16 bytes: cp.async mainloop, no-smem epilogue
+    out += _check_fallback_alignment(kernel)
+    # alignment of the contiguous dim, for the extents we know
     return out + _common.check_alignment(kernel, extents, "sm90")

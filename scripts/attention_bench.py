@@ -1,0 +1,185 @@
+"""Attention on the GPU: ucutlass FMHA kernels (CUTLASS example 88) against torch SDPA's backends.
+
+Run by scripts/device_attention_bench.sh (on the H200). Each side gets the layout it is fed in real use, and the
+table says which: ucutlass reads BSHD ([B, S, H, D], what a fused QKV projection writes), SDPA contiguous BHSD.
+Timing: ``triton.testing.do_bench`` (median, L2 flushed between calls) when triton is importable, else CUDA
+events around single calls with an L2 flush before each (median of 50). TFLOP/s counts 4·B·Hq·Sq·Sk·D
+and, for causal, only the lower triangle with the diagonal (a fraction (S+1)/(2S)), like ``ucutlass sol``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ucutlass.build import build_kernels
+from ucutlass.dsl import parse, parse_file
+from ucutlass.runtime import load_kernel
+
+ROWS = [  # (B, S, Hq, Hkv, causal)
+    (4, 4096, 32, 8, True), (1, 16384, 32, 8, True), (16, 1024, 32, 8, True), (4, 4000, 32, 8, True),
+    (4, 4096, 32, 32, True), (1, 16384, 32, 32, True), (16, 1024, 32, 32, True), (4, 4000, 32, 32, True),
+    (4, 4096, 32, 32, False),
+]
+D = 128
+
+VARIANTS = {  # name -> settings of a fixed sm90 kernel
+    "coop128": "tile = 128x128   schedule = cooperative   persistent = false",
+    "coop128_persist": "tile = 128x128   schedule = cooperative   persistent = true",
+    "coop64": "tile = 128x64   schedule = cooperative",
+    "pingpong128": "tile = 128x128   schedule = pingpong",
+}
+
+
+def source(name: str, settings: str, causal: bool) -> str:
+    return (f"kernel {name} : attention {{\n  target = sm90\n  q : bf16[B, Sq, Hq, {D}]\n  k : bf16[B, Sk, Hkv, {D}]\n"
+            f"  v : bf16[B, Sk, Hkv, {D}]\n  o : bf16[B, Sq, Hq, {D}]\n  mask = {'causal' if causal else 'none'}\n"
+            f"  {settings}\n}}\n")
+
+
+def bench(fn) -> float:
+    """Median milliseconds of ``fn()``."""
+    try:
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=25, rep=200, return_mode="median"))
+    except ImportError:
+        flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+        for _ in range(5):
+            fn()
+        times = []
+        for _ in range(50):
+            flush.zero_()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        return statistics.median(times)
+
+
+def flops(b, s, hq, causal) -> float:
+    return 4.0 * b * hq * s * s * D * ((s + 1) / (2 * s) if causal else 1.0)
+
+
+def default_backend(q, k, v, causal, gqa) -> str:
+    try:
+        from torch.nn.attention import SDPBackend
+
+        choice = torch._fused_sdp_choice(q, k, v, None, 0.0, causal, None, enable_gqa=gqa)
+        return SDPBackend(choice).name
+    except Exception as e:  # noqa: BLE001 - report, don't fail the run
+        return f"unknown ({type(e).__name__})"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tuned", help="a concrete .ucut (e.g. tune's best.ucut) to time as 'tuned'")
+    args = ap.parse_args()
+    out = Path(args.out)
+
+    kernels = []
+    for causal in (True, False):
+        for name, settings in VARIANTS.items():
+            if not causal and name not in ("coop128", "coop128_persist"):
+                continue
+            kernels.append((name, causal, parse(source(name, settings, causal)).kernel()))
+    if args.tuned:
+        k = parse_file(args.tuned).kernel()
+        kernels.append(("tuned", k.mask == "causal", k))
+    results = build_kernels([k for _, _, k in kernels], timeout_s=900)
+    compiled = {}
+    for (name, causal, k), r in zip(kernels, results):
+        if r.ok:
+            compiled[(name, causal)] = load_kernel(r.so_path, k)
+        else:
+            print(f"build failed: {name} causal={causal}: {r.error}", file=sys.stderr)
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    records = []
+    torch.manual_seed(0)
+    for b, s, hq, hkv, causal in ROWS:
+        gqa = hq != hkv
+        q = torch.randn(b, s, hq, D, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, s, hkv, D, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(b, s, hkv, D, device="cuda", dtype=torch.bfloat16)
+        o = torch.empty_like(q)
+        qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # SDPA: contiguous BHSD
+        rec = {"B": b, "S": s, "Hq": hq, "Hkv": hkv, "D": D, "causal": causal, "flops": flops(b, s, hq, causal),
+               "ucutlass_ms": {}, "sdpa_ms": {}}
+        ref = F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, enable_gqa=gqa).transpose(1, 2)
+        for (name, kc), kern in compiled.items():
+            if kc != causal:
+                continue
+            try:
+                kern(q=q, k=k, v=v, o=o)
+                torch.cuda.synchronize()
+                err = (o.float() - ref.float()).abs().max().item()
+                rec["ucutlass_ms"][name] = bench(lambda: kern(q=q, k=k, v=v, o=o))
+                rec.setdefault("ucutlass_maxerr", {})[name] = err
+            except Exception as e:  # noqa: BLE001
+                rec["ucutlass_ms"][name] = None
+                rec.setdefault("errors", []).append(f"{name}: {e}")
+        rec["default_backend"] = default_backend(qh, kh, vh, causal, gqa)
+        for label, backend in (("default", None), ("flash", SDPBackend.FLASH_ATTENTION),
+                               ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            def call():
+                return F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, enable_gqa=gqa)
+            try:
+                if backend is None:
+                    rec["sdpa_ms"][label] = bench(call)
+                else:
+                    with sdpa_kernel([backend]):
+                        call()
+                        rec["sdpa_ms"][label] = bench(call)
+            except Exception as e:  # noqa: BLE001 - a backend that does not take these inputs
+                rec["sdpa_ms"][label] = None
+                rec.setdefault("errors", []).append(f"sdpa {label}: {type(e).__name__}: {str(e)[:120]}")
+        records.append(rec)
+        print(json.dumps(rec), flush=True)
+        del q, k, v, o, qh, kh, vh, ref
+        torch.cuda.empty_cache()
+
+    def tf(ms, f):
+        return f"{f / (ms * 1e-3) / 1e12:.0f}" if ms else "n/a"
+
+    lines = ["# Attention on the H200: ucutlass (CUTLASS example 88 FMHA) vs torch SDPA", "",
+             f"torch {torch.__version__}, {torch.cuda.get_device_name()}, d = {D}, bf16. ucutlass fed BSHD "
+             "[B, S, H, D]; SDPA fed contiguous BHSD. TFLOP/s counts the causal lower triangle (with the diagonal). "
+             "ratio = SDPA default time / best ucutlass time (> 1: ucutlass faster).", "",
+             "| B×S | Hq/Hkv | mask | best ucutlass (config) | ucutlass TFLOP/s | SDPA default (picked) | flash | cuDNN | ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        times = {n: t for n, t in r["ucutlass_ms"].items() if t}
+        best = min(times, key=times.get) if times else None
+        bt = times.get(best) if best else None
+        sd = r["sdpa_ms"]
+        ratio = f"{sd['default'] / bt:.3f}" if bt and sd.get("default") else "n/a"
+        lines.append(f"| {r['B']}×{r['S']} | {r['Hq']}/{r['Hkv']} | {'causal' if r['causal'] else 'none'} | "
+                     f"{bt and f'{bt:.3f} ms'} ({best}) | {tf(bt, r['flops'])} | "
+                     f"{tf(sd.get('default'), r['flops'])} ({r['default_backend']}) | {tf(sd.get('flash'), r['flops'])} | "
+                     f"{tf(sd.get('cudnn'), r['flops'])} | {ratio} |")
+    lines += ["", "All ucutlass variants (ms): " + "; ".join(
+        f"{r['B']}×{r['S']} {r['Hq']}/{r['Hkv']} {'c' if r['causal'] else 'n'}: " +
+        ", ".join(f"{n} {t:.3f}" if t else f"{n} failed" for n, t in r["ucutlass_ms"].items()) for r in records)]
+    errors = [e for r in records for e in r.get("errors", [])]
+    if errors:
+        lines += ["", "Errors:", *[f"- {e}" for e in errors]]
+    (out / "attention_bench.md").write_text("\n".join(lines) + "\n")
+    (out / "attention_bench.json").write_text(json.dumps(records, indent=2))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
