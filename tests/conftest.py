@@ -11,6 +11,9 @@ from shared_data import SHARED_SOL_EXECBENCH  # tests/ is on sys.path for its ow
 
 REPO = Path(__file__).resolve().parents[1]
 
+# tests/gpu_build.py holds the GPU modules' shared build-and-load step: show its failed asserts as in a test module
+pytest.register_assert_rewrite("gpu_build")
+
 
 def _cuda_available() -> bool:
     try:

@@ -13,10 +13,9 @@ import math
 
 import pytest
 
-from ucutlass.build import build_kernels
+from gpu_build import build_and_load  # tests/ is on sys.path for its own modules
 from ucutlass.dsl import parse
 from ucutlass.errors import KernelRuntimeError
-from ucutlass.runtime import load_kernel
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -50,12 +49,8 @@ SPECS = {
 
 @pytest.fixture(scope="module")
 def kernels(kernel_cache):
-    parsed = {name: parse(_kernel(name, dt, lay, d, kv, settings, lse), f"{name}.ucut").kernel()
-              for name, (dt, lay, d, kv, settings, lse) in SPECS.items()}
-    results = build_kernels(list(parsed.values()), root=kernel_cache, timeout_s=900)
-    failed = [f"{r.name}: {r.error}\n{r.log[-2000:]}" for r in results if not r.ok]
-    assert not failed, "\n".join(failed)
-    return {name: load_kernel(r.so_path, k) for (name, k), r in zip(parsed.items(), results)}
+    return build_and_load([parse(_kernel(name, dt, lay, d, kv, settings, lse), f"{name}.ucut").kernel()
+                           for name, (dt, lay, d, kv, settings, lse) in SPECS.items()], kernel_cache)
 
 
 def _tensors(dtype, layout, b, sq, sk, hq, hkv, d, seed=0):

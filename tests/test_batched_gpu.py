@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ucutlass.build import build_kernels
+from gpu_build import build_and_load, poisoned, randn, rel_err  # tests/ is on sys.path for its own modules
 from ucutlass.dsl import parse, parse_file
 from ucutlass.errors import KernelRuntimeError
-from ucutlass.runtime import CompiledKernel
 
 torch = pytest.importorskip("torch")
 
@@ -63,29 +62,12 @@ def built(kernel_cache, tmp_path_factory):
     binding = bind(parse(SCORES_BOUND).kernel(), problem)
     assert binding.kernel.alignment == 2
     kernels = [parse_file(KERNELS / f"{name}.ucut").kernel() for name in FILES] + [binding.kernel]
-    results = build_kernels(kernels, root=kernel_cache, timeout_s=900)
-    failed = [f"{r.name}: {r.error}\n{r.log[-2000:]}" for r in results if not r.ok]
-    assert not failed, "\n".join(failed)
-    compiled = {k.name: CompiledKernel(r.so_path, k) for k, r in zip(kernels, results)}
-    return compiled, binding
+    return build_and_load(kernels, kernel_cache), binding
 
 
 @pytest.fixture(scope="module")
 def kernels(built):
     return built[0]
-
-
-def rel_err(out, ref) -> float:
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
-def randn(*shape, dtype=torch.bfloat16, std=1.0):
-    return (torch.randn(*shape, device="cuda") * std).to(dtype)
-
-
-def poisoned(*shape, dtype=torch.bfloat16):
-    return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
 
 
 @pytest.mark.parametrize("b, h, sq, sk, dh", [

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ucutlass.build import build_kernels
+from gpu_build import build_and_load, poisoned, randn, rel_err  # tests/ is on sys.path for its own modules
 from ucutlass.dsl import parse_file
-from ucutlass.runtime import CompiledKernel
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -28,24 +27,7 @@ FILES = ["evt_outputs.ucut", "evt_reduce_pingpong.ucut"]
 
 @pytest.fixture(scope="module")
 def kernels(kernel_cache):
-    parsed = [parse_file(KERNELS / f).kernel() for f in FILES]
-    results = build_kernels(parsed, root=kernel_cache, timeout_s=900)
-    failed = [f"{r.name}: {r.error}" for r in results if not r.ok]
-    assert not failed, "\n".join(failed)
-    return {k.name: CompiledKernel(r.so_path, k) for k, r in zip(parsed, results)}
-
-
-def rel_err(out, ref) -> float:
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
-def randn(*shape, dtype=torch.bfloat16, std=1.0):
-    return (torch.randn(*shape, device="cuda") * std).to(dtype)
-
-
-def poisoned(*shape, dtype=torch.bfloat16):
-    return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+    return build_and_load([parse_file(KERNELS / f).kernel() for f in FILES], kernel_cache)
 
 
 @pytest.mark.parametrize("m,n,k", [(77, 1024, 512), (1000, 4096, 2048), (4096, 2304, 1024)])

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ucutlass.build import build_kernels
+from gpu_build import build_and_load, poisoned, rel_err  # tests/ is on sys.path for its own modules
 from ucutlass.dsl import parse_file
 from ucutlass.errors import KernelRuntimeError
-from ucutlass.runtime import CompiledKernel
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -31,20 +30,7 @@ E4M3_MAX = 448.0
 
 @pytest.fixture(scope="module")
 def kernels(kernel_cache):
-    parsed = [parse_file(KERNELS / f).kernel() for f in FILES]
-    results = build_kernels(parsed, root=kernel_cache, timeout_s=900)
-    failed = [f"{r.name}: {r.error}\n{r.log[-2000:]}" for r in results if not r.ok]
-    assert not failed, "\n".join(failed)
-    return {k.name: CompiledKernel(r.so_path, k) for k, r in zip(parsed, results)}
-
-
-def rel_err(out, ref) -> float:
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
-def poisoned(*shape, dtype=torch.bfloat16):
-    return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+    return build_and_load([parse_file(KERNELS / f).kernel() for f in FILES], kernel_cache)
 
 
 def quantize_blocks(x: torch.Tensor, rows: int, cols: int, dtype=torch.float8_e4m3fn):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_build import build_and_load, poisoned, randn, rel_err  # tests/ is on sys.path for its own modules
 from ucutlass.build import build_kernels
 from ucutlass.dsl import parse_file
 from ucutlass.errors import KernelRuntimeError
@@ -27,24 +28,7 @@ def kernels(kernel_cache):
     files = sorted(KERNELS.glob("*.ucut"))
     parsed = [parse_file(f).kernel() for f in files]
     # attention: tests/test_attention_gpu.py; grouped_gemm: tests/test_grouped_gpu.py
-    parsed = [k for k in parsed if k.family not in ("attention", "grouped_gemm")]
-    results = build_kernels(parsed, root=kernel_cache, timeout_s=900)
-    failed = [f"{r.name}: {r.error}" for r in results if not r.ok]
-    assert not failed, "\n".join(failed)
-    return {k.name: CompiledKernel(r.so_path, k) for k, r in zip(parsed, results)}
-
-
-def rel_err(out, ref) -> float:
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
-def randn(*shape, dtype=torch.bfloat16, std=1.0):
-    return (torch.randn(*shape, device="cuda") * std).to(dtype)
-
-
-def poisoned(*shape, dtype=torch.bfloat16):
-    return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+    return build_and_load([k for k in parsed if k.family not in ("attention", "grouped_gemm")], kernel_cache)
 
 
 def test_sm100_kernels_are_refused_on_this_gpu_before_launching(kernels):

@@ -232,7 +232,7 @@ def lower_attention(low, k) -> AttentionKernel | None:
     """Lower one ``kernel NAME : attention { … }`` AST (called by :mod:`ucutlass.dsl`'s lowering).
 
     Args:
-        low: the ``dsl._Lowering`` collecting diagnostics (``low.error``, ``low.value``).
+        low: the ``dsl._Lowering`` collecting diagnostics (``low.error``, ``low.value``, ``low.fixed``).
         k: the kernel's AST (``dsl._Kernel``).
 
     Returns:
@@ -240,7 +240,7 @@ def lower_attention(low, k) -> AttentionKernel | None:
         ``duplicate-setting``, ``bad-value``, ``unknown-operand``, ``duplicate-operand``, ``missing-operand``,
         ``bad-dims``, ``bad-binding``, ``unknown-dtype``, ``choice-not-allowed``, ``unsupported``).
     """
-    from .dsl import _FAILED, _Bad, _Decl, _did_you_mean, _dtype_converter, _Setting
+    from .dsl import _FAILED, _Decl, _did_you_mean, _dtype_converter, _Setting
 
     before = len(low.diags)
     conv = _settings()
@@ -282,18 +282,9 @@ def lower_attention(low, k) -> AttentionKernel | None:
         d = decls.get(name)
         if d is None:
             continue
-        ok = True
-        dtype = None
-        if not hasattr(d.dtype, "kind"):
-            low.error("choice-not-allowed", f"{name}: a dtype choice {{…}} is not supported for attention operands",
-                      d.dtype.pos)
-            ok = False
-        else:
-            try:
-                dtype = _dtype_converter(name)(d.dtype)
-            except _Bad as bad:
-                low.error(bad.code, bad.message, d.dtype.pos, bad.valid)
-                ok = False
+        dtype = low.fixed(d.dtype, _dtype_converter(name),
+                          f"{name}: a dtype choice {{…}} is not supported for attention operands")
+        ok = dtype is not None
         dims = d.dims.names if d.dims is not None else ()
         dpos = d.dims.pos if d.dims is not None else d.pos
         if name == "lse":

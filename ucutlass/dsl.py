@@ -597,6 +597,32 @@ class _Lowering:
     def error(self, code: str, message: str, pos: Pos, valid: Sequence[str] = ()) -> None:
         self.diags.append(Diagnostic(message, pos, tuple(valid), code=code))
 
+    def atom(self, atom: _Atom, convert: Callable[[_Atom], Any], failed: Any = None) -> Any:
+        """One atom → its typed value; ``failed`` (None unless given) after reporting why it does not fit."""
+        try:
+            return convert(atom)
+        except _Bad as bad:
+            self.error(bad.code, bad.message, atom.pos, bad.valid)
+            return failed
+
+    def fixed(self, value: _Value, convert: Callable[[_Atom], Any], choice_message: str) -> Any:
+        """One atom → its typed value where choices ``{…}`` are not allowed; None after reporting a choice
+        (``choice-not-allowed`` with ``choice_message``) or a value that does not fit."""
+        if isinstance(value, _Choice):
+            self.error("choice-not-allowed", choice_message, value.pos)
+            return None
+        return self.atom(value, convert)
+
+    def fixed_layout(self, d: _Decl, applies: bool, misplaced: str, choice_message: str) -> Layout | None:
+        """``d``'s layout (row when none is written); None after reporting one written where it does not apply
+        (``bad-layout`` with ``misplaced``), a choice or an unknown layout."""
+        if d.layout is None:
+            return Layout.row
+        if not applies:
+            self.error("bad-layout", misplaced, d.layout.pos)
+            return None
+        return self.fixed(d.layout, _layout_converter(d.name), choice_message)
+
     # program and kernels
 
     def program(self, kernels: Sequence[_Kernel], source: str) -> Program:
@@ -632,12 +658,8 @@ class _Lowering:
         scales: dict[str, ir.Scale] = {}
         for item in k.items:
             if isinstance(item, _Decl) and item.name in ir.SCALE_OPERANDS:
-                if item.name in declared:
-                    self.error("duplicate-operand", f"{item.name} is declared twice (first at line "
-                               f"{first_at['.' + item.name].line})", item.name_pos)
+                if not self.first_declaration(item, item.name, declared, first_at):
                     continue
-                declared.add(item.name)
-                first_at["." + item.name] = item.name_pos
                 scale = self.scale(item)
                 if scale is not None:
                     scales[item.name] = scale
@@ -668,12 +690,8 @@ class _Lowering:
                                f"inside epilogue {{ }}")
                         self.error("unknown-operand", msg, item.name_pos, tuple(OPERAND_DIMS))
                     continue
-                if item.name in declared:
-                    self.error("duplicate-operand", f"operand {item.name} is declared twice (first at line "
-                               f"{first_at['.' + item.name].line})", item.name_pos)
+                if not self.first_declaration(item, f"operand {item.name}", declared, first_at):
                     continue
-                declared.add(item.name)
-                first_at["." + item.name] = item.name_pos
                 op = self.operand(item, setting_pos)
                 if op is not None:
                     operands[item.name] = op
@@ -706,6 +724,17 @@ class _Lowering:
             epilogue_inputs=inputs, epilogue=expr, epilogue_outputs=outputs, pos=k.name_pos, setting_pos=setting_pos,
             scale_a=scales.get("scale_a"), scale_b=scales.get("scale_b"), **values)
 
+    def first_declaration(self, item: _Decl, what: str, declared: set[str], first_at: dict[str, Pos]) -> bool:
+        """Records the declaration of an operand or scale (in ``declared`` and at ``first_at['.' + name]``); False
+        after reporting ``duplicate-operand`` (``what`` names it in the message) when it was declared before."""
+        if item.name in declared:
+            self.error("duplicate-operand", f"{what} is declared twice (first at line "
+                       f"{first_at['.' + item.name].line})", item.name_pos)
+            return False
+        declared.add(item.name)
+        first_at["." + item.name] = item.name_pos
+        return True
+
     def check_batch(self, operands: Mapping[str, Operand], inputs: Sequence[EpilogueInput]) -> None:
         """Batch dims (CUTLASS's mode L): a, b, d (and c) declare the same ones; epilogue inputs the same or none.
 
@@ -731,17 +760,9 @@ class _Lowering:
         name = d.name
         mn = "M" if name == "scale_a" else "N"
         example = f"{name} : f32[{mn}, K/128] row" if name == "scale_a" else f"{name} : f32[N/128, K/128] row"
-        ok = True
-        dtype = None
-        if isinstance(d.dtype, _Choice):
-            self.error("choice-not-allowed", f"{name}: choices {{…}} are not allowed in scale factors", d.dtype.pos)
-            ok = False
-        else:
-            try:
-                dtype = _dtype_converter(name)(d.dtype)
-            except _Bad as bad:
-                self.error(bad.code, bad.message, d.dtype.pos, bad.valid)
-                ok = False
+        no_choice = f"{name}: choices {{…}} are not allowed in scale factors"
+        dtype = self.fixed(d.dtype, _dtype_converter(name), no_choice)
+        ok = dtype is not None
         dims = d.dims.names if d.dims is not None else ()
         if dims:
             parts = []
@@ -758,21 +779,8 @@ class _Lowering:
                            f"block of 1), e.g. {example}, or has no dims (one scale for the tensor)",
                            d.dims.pos, (f"[{mn}, K/128]", f"[{mn}/128, K/128]", "no dims"))
                 ok = False
-        layout = Layout.row
-        if d.layout is not None:
-            if not dims:
-                self.error("bad-layout", f"{name}: a per-tensor scale (no dims) has no layout", d.layout.pos)
-                ok = False
-            elif isinstance(d.layout, _Choice):
-                self.error("choice-not-allowed", f"{name}: choices {{…}} are not allowed in scale factors",
-                           d.layout.pos)
-                ok = False
-            else:
-                try:
-                    layout = _layout_converter(name)(d.layout)
-                except _Bad as bad:
-                    self.error(bad.code, bad.message, d.layout.pos, bad.valid)
-                    ok = False
+        layout = self.fixed_layout(d, bool(dims), f"{name}: a per-tensor scale (no dims) has no layout", no_choice)
+        ok &= layout is not None
         binding = None
         if d.source is not None:
             if d.source.kind != "in":
@@ -790,17 +798,11 @@ class _Lowering:
     def value(self, what: str, value: _Value, convert: Callable[[_Atom], Any]) -> Any:
         """One atom → typed value; a choice → :class:`Choice`. Returns ``_FAILED`` after reporting."""
         if isinstance(value, _Atom):
-            try:
-                return convert(value)
-            except _Bad as bad:
-                self.error(bad.code, bad.message, value.pos, bad.valid)
-                return _FAILED
+            return self.atom(value, convert, _FAILED)
         options, spellings, ok = [], [], True
         for atom in value.items:
-            try:
-                typed = convert(atom)
-            except _Bad as bad:
-                self.error(bad.code, bad.message, atom.pos, bad.valid)
+            typed = self.atom(atom, convert, _FAILED)
+            if typed is _FAILED:
                 ok = False
                 continue
             if atom.text in spellings or typed in options:
@@ -960,10 +962,8 @@ class _Lowering:
             where = d.dtype.pos if isinstance(d.dtype, _Choice) else d.layout.pos  # type: ignore[union-attr]
             self.error("choice-not-allowed", f"{name}: choices {{…}} are not allowed in epilogue outputs", where)
             return None
-        try:
-            dtype = _dtype_converter(name)(d.dtype)
-        except _Bad as bad:
-            self.error(bad.code, bad.message, d.dtype.pos, bad.valid)
+        dtype = self.atom(d.dtype, _dtype_converter(name))  # type: ignore[arg-type]
+        if dtype is None:
             return None
         dims = d.dims.names if d.dims is not None else ()
         kind = EPILOGUE_DIMS.get(dims)
@@ -973,16 +973,11 @@ class _Lowering:
                        "[M, N] (stored like d), [M] (a reduction over N: one value per row) or [N] (a reduction "
                        "over M: one value per column)", d.dims.pos if d.dims else d.pos, valid)
             return None
-        layout = Layout.row
-        if d.layout is not None:
-            if kind is not EpilogueInputKind.matrix:
-                self.error("bad-layout", f"{name}: a layout applies to [M, N] outputs only", d.layout.pos)
-                return None
-            try:
-                layout = _layout_converter(name)(d.layout)
-            except _Bad as bad:
-                self.error(bad.code, bad.message, d.layout.pos, bad.valid)
-                return None
+        layout = self.fixed_layout(d, kind is EpilogueInputKind.matrix,
+                                   f"{name}: a layout applies to [M, N] outputs only",
+                                   f"{name}: choices {{…}} are not allowed in epilogue outputs")
+        if layout is None:
+            return None
         if kind is not EpilogueInputKind.matrix and dtype is not DType.f32:
             self.error("bad-output", f"{name} is a reduction output ([{dims[0]}]): CUTLASS's reductions "
                        f"accumulate and store in f32; declare {name} : f32[{dims[0]}]", d.dtype.pos, ("f32",))
@@ -1044,18 +1039,9 @@ class _Lowering:
                        d.name_pos)
             return None
         decl_pos[name] = d.name_pos
-        ok = True
-        dtype = None
-        if isinstance(d.dtype, _Choice):
-            self.error("choice-not-allowed", f"{name}: choices {{…}} are not allowed in epilogue inputs yet",
-                       d.dtype.pos)
-            ok = False
-        else:
-            try:
-                dtype = _dtype_converter(name)(d.dtype)
-            except _Bad as bad:
-                self.error(bad.code, bad.message, d.dtype.pos, bad.valid)
-                ok = False
+        no_choice = f"{name}: choices {{…}} are not allowed in epilogue inputs yet"
+        dtype = self.fixed(d.dtype, _dtype_converter(name), no_choice)
+        ok = dtype is not None
         dims = d.dims.names if d.dims is not None else ()
         kind = EPILOGUE_DIMS.get(dims)
         batch: tuple[str, ...] = ()
@@ -1067,21 +1053,9 @@ class _Lowering:
                        "per column), [M] (per row), [M, N] (a matrix) or no dims (a scalar)",
                        d.dims.pos if d.dims else d.pos, ("[N]", "[M]", "[M, N]", "[N, M]", "no dims"))
             ok = False
-        layout = Layout.row
-        if d.layout is not None:
-            if kind is not EpilogueInputKind.matrix:
-                self.error("bad-layout", f"{name}: a layout applies to [M, N] inputs only", d.layout.pos)
-                ok = False
-            elif isinstance(d.layout, _Choice):
-                self.error("choice-not-allowed", f"{name}: choices {{…}} are not allowed in epilogue inputs yet",
-                           d.layout.pos)
-                ok = False
-            else:
-                try:
-                    layout = _layout_converter(name)(d.layout)
-                except _Bad as bad:
-                    self.error(bad.code, bad.message, d.layout.pos, bad.valid)
-                    ok = False
+        layout = self.fixed_layout(d, kind is EpilogueInputKind.matrix,
+                                   f"{name}: a layout applies to [M, N] inputs only", no_choice)
+        ok &= layout is not None
         binding, value = None, None
         if d.source is not None:
             if d.source.kind == "out":
