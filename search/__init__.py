@@ -16,6 +16,7 @@ from typing import Callable
 
 from ucutlass.errors import UcutError
 from ucutlass.ir import Choice
+from ucutlass.sol.report import _time
 
 from .budget import StopRule, geomean, headroom, trial_budget
 from .space import SearchSpace
@@ -70,7 +71,7 @@ class TunePlan:
         lines.append(f"tuned on {len(self.tuned)} representative workloads (the best is verified on all):")
         for w in self.tuned:
             ext = self.binding.extents(w)
-            sol = f"  T_SOL {t_sol_ms(w):.4f} ms" if t_sol_ms and t_sol_ms(w) else ""
+            sol = f"  T_SOL {_time(t_sol_ms(w))}" if t_sol_ms and t_sol_ms(w) else ""  # as `ucutlass sol`
             dims = " ".join(f"{d}={v}" for d, v in ext.items())  # M N K, or attention's B Sq Sk Hq Hkv D
             lines.append(f"  {w.label():<40} {dims}{sol}")
         return "\n".join(lines)

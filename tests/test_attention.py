@@ -70,6 +70,13 @@ def test_choices_resolve_to_concrete_source():
     assert "tile = 128x64" in concrete.source
 
 
+def test_causal_as_a_setting_hints_the_mask():
+    with pytest.raises(UcutSyntaxError) as e:
+        dsl.parse(attn("causal = true"))
+    (d,) = e.value.diagnostics
+    assert d.code == "unknown-setting" and "did you mean mask = causal?" in d.message
+
+
 @pytest.mark.parametrize("text,code", [
     (attn("mask = sliding"), "bad-value"),                                  # no window in the 88/77 collectives
     (attn("tiles = 128x128"), "unknown-setting"),

@@ -47,7 +47,7 @@ def test_leading_dims_shared_by_a_b_d_are_the_batch_mode():
                                                           (("B", "H"), ("M", "N"))]
     assert k.a.contiguous_dim == "K" and k.d.contiguous_dim == "N"  # layouts apply to the two matrix dims
     assert "batched" in k.config_name()
-    assert abi_of(k).extents == ("M", "N", "K", "L")
+    assert abi_of(k).extents == ("M", "N", "K", "L", "batch_stride_a", "batch_stride_b", "batch_stride_d")
     plain = kernel_of(SCORES.replace("B, H, ", ""))
     assert plain.batch == () and abi_of(plain).extents == ("M", "N", "K")
     assert plain.build_digest() != k.build_digest()
@@ -62,8 +62,8 @@ def test_col_layout_of_a_batched_operand_is_the_first_matrix_dim():
 
 
 @pytest.mark.parametrize("operands, who", [
-    ("a : bf16[B, M, K] row  b : bf16[N, K] row  d : f32[B, M, N] row", "b"),
     ("a : bf16[B, M, K] row  b : bf16[B, N, K] row  d : f32[M, N] row", "d"),
+    ("a : bf16[B, M, K] row  b : bf16[N, K] row  c : bf16[M, N] row  d : f32[B, M, N] row", "c"),
     ("a : bf16[B, H, M, K] row  b : bf16[H, B, N, K] row  d : f32[B, H, M, N] row", "b"),
     ("a : bf16[M, K] row  b : bf16[B, N, K] row  d : f32[B, M, N] row", "b"),
 ])
@@ -110,7 +110,10 @@ def test_batched_render_passes_l_to_the_problem_shape_and_strides():
     assert "{M, N, K, L}," in src
     for shape in ("(M, K, L)", "(N, K, L)", "(M, N, L)"):
         assert f"cute::make_shape{shape}" in src
-    assert json.loads(template_values(k)["info_json"])["extents"] == ["M", "N", "K", "L"]
+    assert json.loads(template_values(k)["info_json"])["extents"] == ["M", "N", "K", "L", "batch_stride_a",
+                                                                        "batch_stride_b", "batch_stride_d"]
+    for name, index in (("a", 4), ("b", 5), ("d", 6)):  # the runtime's batch strides replace the packed ones
+        assert f"stride_{name} = with_batch_stride(stride_{name}, extents[{index}]);" in src
     plain = render(kernel_of(SCORES.replace("B, H, ", "")))
     assert "const int L = 1;" in plain and "extents[3]" not in plain
 

@@ -53,6 +53,14 @@ def test_binding_errors_name_the_valid_problem_tensors(capsys, tmp_path):
     assert "no input 'resid'" in out and "residual" in out
 
 
+def test_binding_to_a_misspelt_problem_tensor_suggests_the_close_name(capsys, tmp_path):
+    spec = tmp_path / "fc1.ucut"
+    shipped = REPO / "problems" / "ffn_up_gelu_tanh_gpt2_xl" / "kernel.ucut"
+    spec.write_text(shipped.read_text().replace("<- fc_weight", "<- fc1_weight"))
+    rc, out, _ = run(capsys, "check", str(spec), "--problem", "ffn_up_gelu_tanh_gpt2_xl")
+    assert rc == 1 and "has no input 'fc1_weight'; did you mean 'fc_weight'?" in out
+
+
 def test_compile_emit_only_writes_cuda_for_picked_choices(capsys, tmp_path):
     rc, out, _ = run(capsys, "compile", str(SPEC), "--emit-only", "-o", str(tmp_path),
                      "--pick", "tile=128x256x64", "--pick", "cluster=2x1x1", "--pick", "schedule=cooperative",
@@ -61,6 +69,52 @@ def test_compile_emit_only_writes_cuda_for_picked_choices(capsys, tmp_path):
     (cu,) = tmp_path.glob("*.cu")
     text = cu.read_text()
     assert "Shape<_128, _256, _64>" in text and "Sm90SrcFetch" in text
+
+
+TWO = """kernel k1 : gemm {
+  a : bf16[M, K] row  b : bf16[N, K] row  d : bf16[M, N] row
+  tile = 64x128x64  schedule = cooperative
+}
+kernel k2 : gemm {
+  a : bf16[M, K] row  b : bf16[N, K] row  d : bf16[M, N] row
+  tile = {128x128x64, 128x256x64}  schedule = pingpong
+}
+kernel k3 : gemm {
+  a : bf16[M, K] row  b : bf16[N, K] row  d : bf16[M, N] row
+  tile = 128x128x64  cluster = 3x1x1
+}
+"""
+
+
+def test_compile_pick_without_kernel_name_applies_to_the_kernel_option(capsys, tmp_path):
+    spec = tmp_path / "two.ucut"
+    spec.write_text(TWO)
+    rc, out, err = run(capsys, "compile", str(spec), "--kernel", "k2", "--pick", "tile=128x256x64", "--emit-only",
+                       "-o", str(tmp_path))
+    assert rc == 0, err
+    (cu,) = tmp_path.glob("*.cu")
+    assert cu.name.startswith("k2_") and "Shape<_128, _256, _64>" in cu.read_text()
+    rc, _, err = run(capsys, "compile", str(spec), "--pick", "tile=128x256x64", "--emit-only")
+    assert rc == 1 and "name the kernel (k1, k2, k3)" in err  # several kernels and no --kernel
+
+
+def test_compile_reports_every_kernels_rule_errors(capsys, tmp_path):
+    spec = tmp_path / "two.ucut"
+    spec.write_text(TWO)
+    rc, _, err = run(capsys, "compile", str(spec), "--emit-only", "--pick", "k2.tile=128x128x64", "-o", str(tmp_path))
+    assert rc == 1 and not list(tmp_path.glob("*.cu"))
+    assert "sm90.cooperative-tile-m" not in err  # messages, as check prints them
+    assert f"{spec}:3:10: error: tile 64x128x64" in err and f"{spec}:11:32: error: cluster 3x1x1" in err
+    rc, _, err = run(capsys, "compile", str(spec), "--emit-only", "-o", str(tmp_path))  # k2 left open
+    assert rc == 1 and "tile 64x128x64" in err and "cluster 3x1x1" in err and "k2 has open choices" in err
+
+
+def test_check_json_counts_a_concrete_kernel_as_one_combination(capsys, tmp_path):
+    spec = tmp_path / "two.ucut"
+    spec.write_text(TWO + "kernel k4 : gemm {\n  a : bf16[M, K] row  b : bf16[N, K] row  d : bf16[M, N] row\n}\n")
+    rc, out, _ = run(capsys, "check", str(spec), "--json")
+    counts = {k["name"]: (k["combinations"], k["legal_combinations"]) for k in json.loads(out)["kernels"]}
+    assert rc == 1 and counts == {"k1": (1, 0), "k2": (2, 2), "k3": (1, 0), "k4": (1, 1)}
 
 
 def test_compile_with_open_choices_says_how_to_resolve(capsys):
@@ -84,6 +138,10 @@ def test_tune_dry_run_shows_space_and_sol(capsys):
     rc, out, _ = run(capsys, "tune", "o_proj_residual_llama3_1_8b", "--dry-run")
     assert rc == 0
     assert "legal under the sm90 rules: 38" in out and "T_SOL" in out
+    # T_SOL as `ucutlass sol` writes it: microseconds below 1 ms
+    from ucutlass.sol.report import _time
+
+    assert _time(0.00055) == "0.55 µs" and "T_SOL 7.32 µs" in out and " ms\n" not in out
 
 
 def test_tune_problem_without_spec(capsys, sol_execbench_dir):

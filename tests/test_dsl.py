@@ -327,10 +327,22 @@ def test_unknown_setting_with_suggestion():
 
 def test_unknown_dtype():
     d = diagnostic(gemm(operands="a : bf32[M, K]  b : bf16[N, K]  d : bf16[M, N]"), "unknown-dtype")
-    assert (d.pos.line, d.pos.column) == (2, 7) and d.valid == dsl.DTYPES
+    assert (d.pos.line, d.pos.column) == (2, 7) and d.valid == dsl.OPERAND_DTYPES
     assert d.valid[:3] == ("bf16", "f16", "f32") and "f8e4m3" in d.valid
+    assert "ue8m0" not in d.valid and "ue4m3" not in d.valid  # scale-only dtypes are listed for scales
     assert diagnostic(gemm("accum = fp32"), "unknown-dtype").valid == dsl.DTYPES
     assert diagnostic(gemm("epilogue { s : i8[N] d = acc + s }"), "unknown-dtype").pos.line == 3
+
+
+def test_schedule_suggests_the_abbreviated_name_and_lists_the_targets_schedules_first():
+    d = diagnostic(gemm("schedule = coop"), "bad-value")
+    assert "did you mean 'cooperative'?" in d.message
+    assert d.valid[:4] == ("auto", "cooperative", "pingpong", "warpspecialized") and len(d.valid) == len(dsl.SCHEDULES)
+    d = diagnostic(gemm("schedule = warpspec  target = sm100"), "bad-value")  # the target written after
+    assert "did you mean 'warpspecialized_1sm'?" in d.message
+    assert d.valid[:3] == ("auto", "warpspecialized_1sm", "warpspecialized_2sm")
+    assert diagnostic(gemm("schedule = coop  target = {sm90, sm100}"), "bad-value").valid[:3] == dsl.SCHEDULES[:3]
+    assert dsl._did_you_mean("pi", ["pingpong"]) == ""  # two letters are too few to abbreviate
 
 
 def test_unknown_activation():
@@ -428,7 +440,7 @@ def test_bad_values():
     assert diagnostic(gemm("cluster = 0x1x1"), "bad-value")
     assert diagnostic(gemm("tile = cooperative"), "bad-value")
     d = diagnostic(gemm("schedule = coop"), "bad-value")
-    assert d.valid == dsl.SCHEDULES
+    assert sorted(d.valid) == sorted(dsl.SCHEDULES)  # sm90's first
     assert diagnostic(gemm("stages = 2.5"), "bad-value").valid[0] == "auto"
     assert diagnostic(gemm("scheduler = streamk"), "bad-value").valid == dsl.SCHEDULERS
     assert diagnostic(gemm("target = sm80"), "bad-value").valid == ("sm90", "sm100")

@@ -79,6 +79,13 @@ def test_scale_declaration_errors(decl, code, line_col):
     assert (diags[0].pos.line, diags[0].pos.column) == line_col
 
 
+def test_scale_dtype_errors_list_the_scale_dtypes():
+    (d,) = parse_error(f"{FP8}\nscale_a : f33 <- sa")
+    assert d.code == "unknown-dtype" and d.valid == ("f32", "ue8m0", "ue4m3") and "did you mean 'f32'" in d.message
+    (d,) = parse_error("a : f8e4m4[M, K] row  b : f8e4m3[N, K] row  d : bf16[M, N] row")
+    assert "did you mean 'f8e4m3'" in d.message and "ue8m0" not in d.valid and "e2m1" in d.valid
+
+
 def test_scales_of_a_batched_kernel_are_refused():
     diags = parse_error("a : f8e4m3[B, M, K] row  b : f8e4m3[B, N, K] row  d : bf16[B, M, N] row  scale_a : f32")
     assert [d.code for d in diags] == ["unsupported"] and "batched" in diags[0].message

@@ -94,6 +94,13 @@ def test_grouped_group_dtype_error_lists_the_index_types():
     assert d.pos.line == 6
 
 
+def test_grouped_schedule_error_lists_the_targets_grouped_schedules_first():
+    with pytest.raises(UcutSyntaxError) as e:
+        grouped("schedule = coop")
+    (d,) = e.value.diagnostics
+    assert d.valid[:3] == ("auto", "cooperative", "pingpong") and "did you mean 'cooperative'" in d.message
+
+
 def test_grouped_epilogue_inputs():
     k = grouped("epilogue { bias : bf16[G, N]  shift : bf16[N]  w : f32[M]  alpha : f32 = 0.5  "
                 "d = (acc + bias) * w * alpha + shift }")

@@ -250,8 +250,10 @@ def lower_attention(low, k) -> AttentionKernel | None:
     for item in k.items:
         if isinstance(item, _Setting):
             if item.name not in conv:
-                low.error("unknown-setting", f"unknown attention setting {item.name!r}"
-                          f"{_did_you_mean(item.name, list(conv))}", item.name_pos, tuple(conv))
+                hint = (f"; did you mean mask = {item.name}?" if item.name in MASKS and item.name != "none"
+                        else _did_you_mean(item.name, list(conv)))
+                low.error("unknown-setting", f"unknown attention setting {item.name!r}{hint}", item.name_pos,
+                          tuple(conv))
                 continue
             if item.name in setting_pos:
                 low.error("duplicate-setting", f"{item.name} is set twice (first at line "
@@ -362,7 +364,7 @@ def lower_attention(low, k) -> AttentionKernel | None:
 
 # --- rendering -------------------------------------------------------------------------------------------
 
-ABI_VERSION = 2  # = ucutlass.codegen.ABI_VERSION (checked in tests)
+ABI_VERSION = 3  # = ucutlass.codegen.ABI_VERSION (checked in tests)
 CPP_ELEMENT = {DType.bf16: "cutlass::bfloat16_t", DType.f16: "cutlass::half_t"}
 
 

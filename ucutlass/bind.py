@@ -5,8 +5,10 @@ the same dtype, that every problem input and output is used, and that the GEMM m
 the same from every operand on every workload. Leading dimensions of a bound tensor fold into the
 first declared mode (``a : bf16[M, K] row <- hidden_states`` with hidden_states ``[batch, seq, hidden]``
 gives M = batch·seq, K = hidden). Batch dims declared on a, b and d (``a : bf16[B, H, M, K]``) are taken
-as they are: the tensor has exactly those dims. A kernel with ``alignment = auto`` is bound with the largest
-alignment every workload allows (:func:`resolve_alignment`): :attr:`Binding.kernel` is what to build.
+as they are: the tensor has exactly those dims (b may have none: one weight for every batch). A slice
+(``a : bf16[B, M, K] row <- hidden_states[:, -keep:]``) binds a view of the tensor (:func:`slice_view`; the call
+applies it, no copy), ``keep`` being an axis of the problem. A kernel with ``alignment = auto`` is bound with the
+largest alignment every workload allows (:func:`resolve_alignment`): :attr:`Binding.kernel` is what to build.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from .dsl import _did_you_mean
 from .errors import CheckError, Diagnostic
 from .ir import Choice, EpilogueInputKind, GemmKernel, Layout, Pos
 from .problem import Problem, Workload
@@ -31,6 +34,65 @@ class Slot:
     layout: Layout
     is_output: bool
     pos: Pos
+    slice: tuple[str, ...] = ()  # a view of the tensor: ":", "NAME:", "-NAME:" per leading dim (ir.Operand.slice)
+
+
+def slice_index(entries: Sequence[str], shape: Sequence[int], axes: Mapping[str, int]) -> tuple[slice, ...]:
+    """Python slices of ``entries`` (``":"``, ``"NAME:"`` from axis NAME on, ``"-NAME:"`` the last NAME) for a tensor
+    of ``shape``, the axes' values in ``axes``.
+
+    Raises:
+        ValueError: more entries than dims, or an axis value outside [0, the dim's size].
+    """
+    if len(entries) > len(shape):
+        raise ValueError(f"{len(entries)} slice entries for a {len(shape)}-D tensor")
+    index = []
+    for entry, size in zip(entries, shape):
+        start = entry[:-1]
+        if not start:
+            index.append(slice(None))
+            continue
+        value = int(axes[start.lstrip("-")])
+        if not 0 <= value <= size:
+            raise ValueError(f"{entry} takes {start.lstrip('-')} = {value} of a dim of size {size}")
+        index.append(slice(size - value if start.startswith("-") else value, None))
+    return tuple(index)
+
+
+def slice_view(entries: Sequence[str], shape: Sequence[int], axes: Mapping[str, int]
+               ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """(offset, shape, strides), in elements, of the view ``entries`` takes of a contiguous tensor of ``shape``
+    (``[:, -keep:]`` of [B, S, K]: offset (S - keep)·K, shape [B, keep, K], strides (S·K, K, 1)).
+
+    Raises:
+        ValueError: as :func:`slice_index`.
+    """
+    strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    offset, view = 0, list(shape)
+    for i, s in enumerate(slice_index(entries, shape, axes)):
+        start = s.start or 0
+        offset += start * strides[i]
+        view[i] = shape[i] - start
+    return offset, tuple(view), tuple(strides)
+
+
+def _slice_problem(slot: Slot, shape: tuple[int, ...], n_batch: int) -> str | None:
+    """Why the view ``slot.slice`` takes of a contiguous tensor of ``shape`` cannot be bound, or None: its
+    contiguous dim is whole, its batch dims fold into one stride, and leading dims folded into the first mode are
+    contiguous."""
+    cut = [i for i, e in enumerate(slot.slice) if e != ":"]
+    inner = len(shape) - 1 if slot.layout is Layout.row else len(shape) - 2
+    if inner in cut:
+        return f"its contiguous dim ({slot.dims[-1] if slot.layout is Layout.row else slot.dims[0]}) is sliced"
+    groups = [range(n_batch)] if n_batch else []  # batch dims: one stride
+    if len(shape) > len(slot.dims) and not n_batch:
+        groups.append(range(len(shape) - len(slot.dims) + 1))  # dims folded into the first mode: contiguous
+    for group in groups:
+        for i in cut:
+            if i in group and any(shape[j] > 1 for j in group if j < i):
+                return (f"dim {i} is sliced but dims {list(j for j in group if j < i)} before it fold with it into "
+                        "one stride")
+    return None
 
 
 @dataclass(frozen=True)
@@ -55,6 +117,19 @@ class Binding:
                 continue
             spec = self.problem.inputs.get(slot.tensor) or self.problem.outputs[slot.tensor]
             shape = self.problem.shape(spec, axes) or ()
+            if slot.slice:
+                n_batch = len(next((op.batch for op in self.kernel.operands if op.name == slot.arg), ()))
+                try:
+                    _, view, _ = slice_view(slot.slice, shape, axes)
+                    why = _slice_problem(slot, shape, n_batch)
+                except ValueError as e:
+                    why = str(e)
+                if why:
+                    diags.append(Diagnostic(f"{slot.arg} <- {slot.tensor}[{', '.join(slot.slice)}]: {why} (shape "
+                                            f"{list(shape)}, workload {_label(workload)})", slot.pos,
+                                            code="bind-slice"))
+                    continue
+                shape = view
             sizes = _fold(shape, slot.dims, slot.layout)
             if sizes is None:
                 diags.append(Diagnostic(
@@ -79,15 +154,40 @@ class Binding:
         abi = compiled.abi
         # Positions, in the problem's argument list, of the kernel's ABI arguments (pointers, scalars).
         order = [names.index(tensor_of[arg]) for arg in abi.ptr_names + abi.scalar_names]
+        slices = {s.arg: s.slice for s in self.slots if s.slice}
+        views = [(j, slices[arg]) for j, arg in enumerate(abi.ptr_names) if arg in slices]
+        sources = self._axis_sources() if views else {}
 
         def run(*args: Any) -> None:
             if len(args) != len(names):
                 raise TypeError(f"expected {len(names)} arguments ({', '.join(names)}), got {len(args)}")
-            compiled.call([args[i] for i in order])
+            values = [args[i] for i in order]
+            if views:  # sliced inputs: views (no copy), the axes read from the arguments' shapes
+                axes = {a: v if isinstance(v, int) else int(args[v[0]].shape[v[1]]) for a, v in sources.items()}
+                for j, entries in views:
+                    values[j] = values[j][slice_index(entries, values[j].shape, axes)]
+            compiled.call(values)
 
         run.__name__ = f"{self.kernel.name}_on_{self.problem.id}"
         run.kernel = compiled  # type: ignore[attr-defined]
         return run
+
+    def _axis_sources(self) -> dict[str, int | tuple[int, int]]:
+        """Where a call finds each axis a slice names: its value (a const axis), or (argument, dim) of a problem
+        tensor with that axis in its shape (definition order: inputs, then outputs)."""
+        names = list(self.problem.inputs) + list(self.problem.outputs)
+        specs = [self.problem.inputs.get(n) or self.problem.outputs[n] for n in names]
+        found: dict[str, int | tuple[int, int]] = {}
+        for axis in {e[:-1].lstrip("-") for s in self.slots for e in s.slice if e != ":"}:
+            ax = self.problem.axes.get(axis)
+            if ax is not None and ax.kind == "const":
+                found[axis] = int(ax.value)  # type: ignore[arg-type]
+                continue
+            for i, spec in enumerate(specs):
+                if spec.shape is not None and axis in spec.shape:
+                    found[axis] = (i, list(spec.shape).index(axis))
+                    break
+        return found
 
 
 def _label(workload: Workload | Mapping[str, int]) -> str:
@@ -119,7 +219,7 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
     slots: list[Slot] = []
     ins, outs = problem.inputs, problem.outputs
 
-    def add(arg: str, binding: str | None, dims, layout, dtype, is_output: bool, pos: Pos):
+    def add(arg: str, binding: str | None, dims, layout, dtype, is_output: bool, pos: Pos, view=()):
         pool = outs if is_output else ins
         arrow = "->" if is_output else "<-"
         if binding is None:
@@ -129,7 +229,7 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
         if binding not in pool:
             other = ins if is_output else outs
             hint = f" ({binding!r} is an {'input' if is_output else 'output'}: use {'<-' if is_output else '->'})" \
-                if binding in other else ""
+                if binding in other else _did_you_mean(binding, list(pool))
             diags.append(Diagnostic(f"problem {problem.id} has no {'output' if is_output else 'input'} "
                                     f"{binding!r}{hint}", pos, tuple(pool), code="bind-unknown"))
             return
@@ -141,10 +241,10 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
             diags.append(Diagnostic(f"{arg} is {'a scalar' if not dims else 'a tensor'} but {problem.id}."
                                     f"{binding} is {'a scalar' if spec.shape is None else 'a tensor'}", pos,
                                     code="bind-shape"))
-        slots.append(Slot(arg, binding, tuple(dims), layout, is_output, pos))
+        slots.append(Slot(arg, binding, tuple(dims), layout, is_output, pos, view))
 
     for op in kernel.operands:
-        add(op.name, op.binding, op.batch + op.dims, op.layout, op.dtype, op.name == "d", op.pos)
+        add(op.name, op.binding, op.batch + op.dims, op.layout, op.dtype, op.name == "d", op.pos, op.slice)
     for inp in kernel.epilogue_inputs:
         if inp.kind is EpilogueInputKind.scalar and inp.value is not None:
             continue
@@ -170,12 +270,31 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
             kind = "input" if name in ins else "output"
             diags.append(Diagnostic(f"problem {kind} {name!r} of {problem.id} is not bound to any operand of "
                                     f"kernel {kernel.name!r}", kernel.pos, code="bind-unused"))
+    _check_slice_axes(problem, slots, diags)
     if diags:
         raise CheckError(diags)
     binding = Binding(kernel, problem, tuple(slots))
     extents = [binding.extents(w) for w in problem.workloads]  # raises on disagreement
     _check_scale_extents(kernel, problem, extents)
     return dataclasses.replace(binding, kernel=resolve_alignment(kernel, extents))
+
+
+def _check_slice_axes(problem: Problem, slots: Sequence[Slot], diags: list[Diagnostic]) -> None:
+    """A slice names axes of the problem that a call can read: const, or the size of a dim of some tensor."""
+    in_shapes = {d for spec in (*problem.inputs.values(), *problem.outputs.values()) for d in (spec.shape or ())}
+    for slot in slots:
+        for entry in slot.slice:
+            axis = entry[:-1].lstrip("-")
+            if not axis:
+                continue
+            ax = problem.axes.get(axis)
+            if ax is None:
+                diags.append(Diagnostic(f"{slot.arg} <- {slot.tensor}[{', '.join(slot.slice)}]: problem {problem.id} "
+                                        f"has no axis {axis!r}{_did_you_mean(axis, list(problem.axes))}", slot.pos,
+                                        tuple(problem.axes), code="bind-slice"))
+            elif ax.kind != "const" and axis not in in_shapes:
+                diags.append(Diagnostic(f"{slot.arg} <- {slot.tensor}[{', '.join(slot.slice)}]: axis {axis!r} is no "
+                                        "tensor's dim, so a call cannot tell its value", slot.pos, code="bind-slice"))
 
 
 def _check_scale_extents(kernel: GemmKernel, problem: Problem, extents: Sequence[Mapping[str, int]]) -> None:

@@ -28,8 +28,8 @@ def _load_program(path: str):
     return parse_file(path)
 
 
-def _picks(program, pick_args: Sequence[str]):
-    """Apply ``--pick KEY=VALUE`` (KEY as ``tile`` or ``kernel.tile``)."""
+def _picks(program, pick_args: Sequence[str], kernel: str | None = None):
+    """Apply ``--pick KEY=VALUE`` (KEY as ``tile`` or ``kernel.tile``; a plain KEY is of ``kernel`` when given)."""
     if not pick_args:
         return program
     picks = {}
@@ -39,7 +39,9 @@ def _picks(program, pick_args: Sequence[str]):
             raise UcutError(f"--pick {item!r}: expected KEY=VALUE, e.g. tile=128x128x64")
         key, value = item.split("=", 1)
         if "." not in key:
-            if len(names) != 1:
+            if kernel:
+                names = [kernel]
+            elif len(names) != 1:
                 raise UcutError(f"--pick {key}: name the kernel ({', '.join(names)}), e.g. {names[0]}.{key}")
             key = f"{names[0]}.{key}"
         picks[key] = value
@@ -109,6 +111,8 @@ def cmd_check(args) -> int:
             for c in kernel.choices().values():
                 combos *= len(c.options)
         errors = [d for d in diags if d.severity == "error"]
+        if not kernel.choices():  # a concrete kernel is one combination, legal unless it breaks a rule
+            combos, legal_total = 1, 0 if errors else 1
         report["ok"] = report["ok"] and not errors
         report["diagnostics"] += [d.to_json() for d in diags]
         report["kernels"].append({"name": kernel.name, "config": kernel.config_name(),
@@ -131,8 +135,10 @@ def cmd_compile(args) -> int:
     from .codegen import render
     from .dsl import legal_combinations
 
-    program = _picks(_load_program(args.file), args.pick)
-    kernels, sources = [], []
+    from .dsl import check
+
+    program = _picks(_load_program(args.file), args.pick, args.kernel)
+    kernels, sources, rule_errors, open_errors = [], [], [], []
     for kernel in program.kernels:
         if args.kernel and kernel.name != args.kernel:
             continue
@@ -143,11 +149,18 @@ def cmd_compile(args) -> int:
                 sources.append(program.resolve({f"{kernel.name}.{k}": v for k, v in picks.items()}).source)
         elif kernel.choices():
             open_ = "; ".join(f"{k} = {{{', '.join(c.spellings)}}}" for k, c in kernel.choices().items())
-            raise UcutError(f"{args.file}: kernel {kernel.name} has open choices ({open_}); "
-                            "pick with --pick KEY=VALUE, build every legal one with --all, or let `ucutlass tune` choose")
+            open_errors.append(f"{args.file}: kernel {kernel.name} has open choices ({open_}); pick with --pick "
+                               "KEY=VALUE, build every legal one with --all, or let `ucutlass tune` choose")
         else:
+            rule_errors += [d for d in check(kernel) if d.severity == "error"]  # every kernel's, as check does
             kernels.append(kernel)
             sources.append(program.source)
+    if open_errors:
+        for d in rule_errors:
+            print(d.format(), file=sys.stderr)
+        raise UcutError("\nerror: ".join(open_errors))
+    if rule_errors:
+        raise CheckError(rule_errors)
     out = Path(args.output) if args.output else None
     if args.emit_only:
         out = out or Path(".")
@@ -233,7 +246,7 @@ def _solution_for_file(path: str, problem, args):
     from .bind import bind
     from .build import build_kernels, raise_for
 
-    program = _picks(_load_program(path), getattr(args, "pick", None) or [])
+    program = _picks(_load_program(path), getattr(args, "pick", None) or [], getattr(args, "kernel", None))
     kernel = program.kernel(args.kernel)
     if kernel.choices():
         raise UcutError(f"{path}: kernel {kernel.name} still has open choices ({', '.join(kernel.choices())}); "

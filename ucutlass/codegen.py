@@ -25,7 +25,7 @@ from . import arch
 from .errors import CheckError, Diagnostic, UcutError
 from .ir import DType, EpilogueInputKind, GemmKernel, Layout, Schedule, TileScheduler
 
-ABI_VERSION = 2
+ABI_VERSION = 3  # 3: a batched kernel's extents end with each operand's batch stride
 
 # C++ spellings beside the IR's identities (STYLE.md: identity apart from rendering).
 CPP_ELEMENT = {DType.bf16: "cutlass::bfloat16_t", DType.f16: "cutlass::half_t", DType.f32: "float",
@@ -98,7 +98,9 @@ class Abi:
         ptr_names: names of the device pointers in ``ptrs`` order: ``a``, ``b``, [``c``], ``d``, then
             the epilogue's tensor inputs, then its extra outputs (``->``), each in declaration order.
         scalar_names: epilogue scalars passed at run time (as double) in ``scalars`` order.
-        extents: the order of ``extents``: ``M``, ``N``, ``K``, and ``L`` (the batch count) for a batched kernel.
+        extents: the order of ``extents``: ``M``, ``N``, ``K``; a batched kernel adds ``L`` (the batch count) and
+            ``batch_stride_a``, ``batch_stride_b``, [``batch_stride_c``], ``batch_stride_d``: elements between two
+            batches of each operand, read from the tensors (a slice's batches are not packed; a shared b: 0).
         knobs: the run-time settings in ``knobs`` order (:data:`ucutlass.ir.RUNTIME_SETTINGS`).
     """
 
@@ -123,7 +125,9 @@ def abi_of(kernel: GemmKernel) -> Abi:
             ptrs.append(inp.name)
     ptrs += [out.name for out in kernel.epilogue_outputs]
     ptrs += [s.name for s in kernel.scales]
-    extents = ("M", "N", "K", "L") if kernel.batch else ("M", "N", "K")
+    extents = ("M", "N", "K")
+    if kernel.batch:
+        extents += ("L", *(f"batch_stride_{op.name}" for op in kernel.operands))
     return Abi(tuple(ptrs), tuple(scalars), extents)
 
 
@@ -268,6 +272,16 @@ class _DagBuilder(_TreeBuilder):
                           "text": ir.expr_to_text(self.kernel.epilogue)})
 
 
+def _layout_b(kernel: GemmKernel) -> str:
+    """CUTLASS's layout of B; in a batched kernel, a b without batch dims (one b for every batch) is a stride
+    type whose batch mode is a static 0 (cute leaves it out of the TMA descriptor)."""
+    k_major = kernel.b.contiguous_dim == "K"
+    if kernel.batch and not kernel.b.batch:
+        return "cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>" if k_major else \
+            "cute::Stride<cute::Int<1>, int64_t, cute::Int<0>>"
+    return CPP_LAYOUT["col" if k_major else "row"]
+
+
 def _describe(op: ir.Operand) -> str:
     return f"{op.dtype.value}[{', '.join(op.dims)}] {op.layout.value}"
 
@@ -328,7 +342,7 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
         "element_d": CPP_ELEMENT[d.dtype],
         "element_accumulator": CPP_ELEMENT[kernel.accum],
         "layout_a": _cutlass_layout(a, "K"),
-        "layout_b": CPP_LAYOUT["col" if b.contiguous_dim == "K" else "row"],
+        "layout_b": _layout_b(kernel),
         "layout_c": _cutlass_layout(c, "N") if c else _cutlass_layout(d, "N"),
         "layout_d": _cutlass_layout(d, "N"),
         "align_a": align(a.dtype), "align_b": align(b.dtype),
@@ -340,6 +354,8 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
         "lincomb_alpha": _float_literal(alpha_beta[0]) if alpha_beta else "1.0f",
         "lincomb_beta": _float_literal(alpha_beta[1]) if alpha_beta else "0.0f",
         "batched": bool(kernel.batch),
+        "batch_strides": [{"name": op.name, "index": abi.extents.index(f"batch_stride_{op.name}")}
+                          for op in kernel.operands if op.batch],
         "tile_scheduler": CPP_TILE_SCHEDULER[kernel.scheduler],
         "stream_k": kernel.scheduler is TileScheduler.stream_k,
         "abi_version": ABI_VERSION,

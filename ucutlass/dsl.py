@@ -34,6 +34,7 @@ import dataclasses
 import difflib
 import functools
 import itertools
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -62,6 +63,10 @@ FAMILIES = ("gemm", "attention", "grouped_gemm",)
 TARGETS = tuple(t.value for t in Target)
 #: Element types of operands, epilogue inputs and ``accum`` (:class:`ucutlass.ir.DType`).
 DTYPES = tuple(d.value for d in DType)
+#: Scale-factor-only dtypes (sm100 block-scaled); the dtypes an error lists for an operand and for a scale.
+SCALE_ONLY_DTYPES = ("ue8m0", "ue4m3")
+OPERAND_DTYPES = tuple(d for d in DTYPES if d not in SCALE_ONLY_DTYPES)
+SCALE_DTYPES = ("f32",) + SCALE_ONLY_DTYPES
 #: Operand layouts: ``row`` = the last declared dim is contiguous, ``col`` = the first.
 LAYOUTS = tuple(lay.value for lay in Layout)
 #: ``schedule`` values (:class:`ucutlass.ir.Schedule`).
@@ -84,6 +89,9 @@ KEYWORDS = ("kernel", "epilogue", "row", "col", "auto", "acc", "c")
 #: GEMM operands and the dim names each must be declared over (in either order).
 OPERAND_DIMS: dict[str, tuple[str, str]] = {"a": ("M", "K"), "b": ("N", "K"), "c": ("M", "N"), "d": ("M", "N")}
 _REQUIRED_OPERANDS = ("a", "b", "d")
+#: The entries of a slice of a bound input (``a : bf16[B, M, K] row <- hidden_states[:, -keep:]``).
+SLICE_FORMS = (":", "NAME:", "-NAME:")
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
 #: Epilogue input dims and the broadcast kind they lower to (no dims: a scalar).
 EPILOGUE_DIMS: dict[tuple[str, ...], EpilogueInputKind] = {
@@ -109,7 +117,8 @@ ERROR_CODES: dict[str, str] = {
     "duplicate-operand": "an operand declared twice",
     "missing-operand": "a, b or d not declared",
     "bad-dims": "dims that do not fit the operand or input",
-    "bad-binding": "'<-' on d, '->' on an input, or a value on a tensor",
+    "bad-binding": "'<-' on d, '->' on an input, a value on a tensor, or a slice other than ':', 'NAME:', '-NAME:' "
+                   "or not on a, b, c",
     "bad-output": "an extra output (->) not over [M, N], [M] or [N], a non-f32 reduction, or a misused reduction",
     "reads-output": "a statement reads a reduction output (complete only after the kernel)",
     "duplicate-epilogue": "two epilogue blocks",
@@ -231,8 +240,21 @@ assert tuple(SETTINGS) == ir.GEMM_SETTINGS
 
 
 def _did_you_mean(word: str, valid: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(valid), n=1, cutoff=0.6)
+    """``; did you mean 'X'?``: the first valid word that ``word`` abbreviates (``coop``), else a close spelling."""
+    close = [v for v in valid if v.startswith(word)][:1] if len(word) >= 3 else []
+    close = close or difflib.get_close_matches(word, list(valid), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _schedule_converter(k: "_Kernel", rules: Mapping[Target, Any]) -> Callable[["_Atom"], Any]:
+    """The ``schedule`` converter of kernel ``k``: its valid list names the schedules of the kernel's target
+    (``rules[target].SCHEDULES``; sm90 when no target is written) first; all of them when the target is open."""
+    written = [it.value for it in k.items if isinstance(it, _Setting) and it.name == "target"]
+    target = written[0].text if written and isinstance(written[0], _Atom) else None if written else "sm90"
+    if target not in TARGETS:
+        return SETTINGS["schedule"].convert
+    own = tuple(s.value for s in rules[Target(target)].SCHEDULES)
+    return _enum_converter("schedule", Schedule, own + tuple(s for s in SCHEDULES if s not in own), "a schedule")
 
 
 # --- the parser ------------------------------------------------------------------------------------------
@@ -266,6 +288,15 @@ _Value = Union[_Atom, _Choice]
 class _Source:
     kind: str  # "in" (<-) | "out" (->) | "literal" (= number)
     text: str
+    pos: Pos
+    slice: "_Slice | None" = None  # <- x[:, -keep:]
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """``[:, -keep:]`` after a bound name: per leading dim of the tensor, (start, stop, pos) ("" when not written)."""
+
+    dims: tuple[tuple[str, str, Pos], ...]
     pos: Pos
 
 
@@ -414,10 +445,20 @@ class _ToAst(Transformer):
         return item
 
     def bind_in(self, meta, children):
-        return _Source("in", str(children[1]), self._p(meta))
+        return _Source("in", str(children[1]), self._p(meta), children[2])
 
     def bind_out(self, meta, children):
-        return _Source("out", str(children[1]), self._p(meta))
+        return _Source("out", str(children[1]), self._p(meta), children[2])
+
+    def slice(self, meta, children):
+        return _Slice(tuple(children), self._p(meta))
+
+    def slice_dim(self, meta, children):
+        start, stop = children
+        return (start or "", stop or "", self._p(meta))
+
+    def slice_bound(self, meta, children):
+        return "".join(str(c) for c in children if c is not None)
 
     def literal(self, meta, children):
         return _Source("literal", children[0], self._p(meta))
@@ -640,6 +681,7 @@ class _Lowering:
 
     def kernel(self, k: _Kernel) -> GemmKernel | None:
         errors_before = len(self.diags)
+        self.misplaced_slices(k)
         if k.family == "attention":  # attention (FMHA) lowers in its own module
             from .attention import lower_attention
             return lower_attention(self, k)
@@ -676,7 +718,11 @@ class _Lowering:
                                f"{first_at[item.name].line})", item.name_pos)
                     continue
                 first_at[item.name] = item.name_pos
-                value = self.value(item.name, item.value, SETTINGS[item.name].convert)
+                convert = SETTINGS[item.name].convert
+                if item.name == "schedule":
+                    from .arch import TARGET_RULES
+                    convert = _schedule_converter(k, TARGET_RULES)
+                value = self.value(item.name, item.value, convert)
                 setting_pos[item.name] = item.value.pos
                 if value is not _FAILED:
                     values[item.name] = value
@@ -741,14 +787,16 @@ class _Lowering:
         Leading dims that only a and d would have are not declared: a row-major ``a : bf16[M, K]`` takes a
         ``[batch, seq, K]`` tensor and folds its leading dims into M.
         """
-        batch = operands["a"].batch if "a" in operands else ()
+        if "a" not in operands:
+            return  # a did not lower: its error says why
+        batch = operands["a"].batch
         for op in operands.values():
-            if op.batch != batch:
+            if op.batch != batch and not (op.name == "b" and not op.batch):  # b without batch dims: shared
                 self.error("bad-dims", f"{op.name} has batch dims [{', '.join(op.batch)}] but a has "
                            f"[{', '.join(batch)}]: a, b, c and d declare the same batch dims in the same order "
-                           "(together the batch mode L); a leading dim of a and d alone is not declared, it folds "
-                           "into M (a : bf16[M, K] row takes a [batch, seq, K] tensor)", op.pos,
-                           (f"[{', '.join(batch + op.dims)}]",))
+                           "(together the batch mode L; b may have none: one b for every batch); a leading dim of a "
+                           "and d alone is not declared, it folds into M (a : bf16[M, K] row takes a [batch, seq, K] "
+                           "tensor)", op.pos, (f"[{', '.join(batch + op.dims)}]",))
         for inp in inputs:
             if inp.batch and inp.batch != batch:
                 self.error("bad-dims", f"epilogue input {inp.name} has batch dims [{', '.join(inp.batch)}]; it takes "
@@ -853,10 +901,41 @@ class _Lowering:
                 self.error("bad-binding", f"{name} is an input: bind it with '<-' ({name} : ... <- {binding})",
                            d.source.pos, ("<-",))
                 ok = False
-        if not ok:
+        view = self.slice(d.source) if d.source is not None and d.source.kind == "in" else ()
+        if not ok or view is None:
             return None
         names = d.dims.names  # type: ignore[union-attr]
-        return Operand(name, dtype, names[-2:], layout, binding, d.pos, batch=names[:-2])
+        return Operand(name, dtype, names[-2:], layout, binding, d.pos, batch=names[:-2], slice=view)
+
+    def slice(self, source: _Source) -> tuple[str, ...] | None:
+        """``<- x[:, -keep:]`` → ``(":", "-keep:")`` (() when there is no slice); None after reporting an entry
+        other than ``:``, ``NAME:`` or ``-NAME:`` (NAME an axis of the problem)."""
+        if source.slice is None:
+            return ()
+        entries, ok = [], True
+        for start, stop, pos in source.slice.dims:
+            written = f"{start}:{stop}"
+            if stop or (start and not _NAME_RE.fullmatch(start.lstrip("-"))):
+                self.error("bad-binding", f"slice entry {written!r} of {source.text}[...] is not supported; an entry "
+                           "is ':' (the whole dim), 'NAME:' (from axis NAME to the end) or '-NAME:' (the last NAME), "
+                           "NAME an axis of the problem", pos, SLICE_FORMS)
+                ok = False
+            entries.append(written)
+        return tuple(entries) if ok else None
+
+    def misplaced_slices(self, k: _Kernel) -> None:
+        """A slice (``<- x[...]``) binds a GEMM's a, b or c only: report it anywhere else (``bad-binding``)."""
+        decls = [it for it in k.items if isinstance(it, _Decl)]
+        epilogue = [it for e in k.items if isinstance(e, _Epilogue) for it in e.items if isinstance(it, _Decl)]
+        for d, kernel_level in [(d, True) for d in decls] + [(d, False) for d in epilogue]:
+            if d.source is None or d.source.slice is None:
+                continue
+            if k.family == "gemm" and kernel_level and d.name in ("a", "b", "c"):
+                continue
+            where = "an output" if d.source.kind == "out" else f"{d.name} of a {k.family} kernel" if kernel_level \
+                else f"epilogue input {d.name}"
+            self.error("bad-binding", f"a slice (<- NAME[...]) binds a gemm kernel's a, b or c only, not {where}",
+                       d.source.slice.pos, ("a", "b", "c"))
 
     # epilogue
 
@@ -1201,7 +1280,8 @@ def _dtype_converter(owner: str) -> Callable[[_Atom], DType]:
     def convert(atom: _Atom) -> DType:
         if atom.kind == "name" and atom.text in DTYPES:
             return DType(atom.text)
-        raise _Bad(f"unknown dtype {atom.text!r} for {owner}{_did_you_mean(atom.text, DTYPES)}", DTYPES,
+        valid = SCALE_DTYPES if owner in ir.SCALE_OPERANDS else OPERAND_DTYPES
+        raise _Bad(f"unknown dtype {atom.text!r} for {owner}{_did_you_mean(atom.text, valid)}", valid,
                    "unknown-dtype")
     return convert
 

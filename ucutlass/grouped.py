@@ -75,7 +75,11 @@ def lower_grouped(lw: "_Lowering", k: "_Kernel") -> GroupedGemmKernel | None:
                          item.name_pos)
                 continue
             first_at[item.name] = item.name_pos
-            value = lw.value(item.name, item.value, dsl.SETTINGS[item.name].convert)
+            convert = dsl.SETTINGS[item.name].convert
+            if item.name == "schedule":
+                from .arch import GROUPED_RULES
+                convert = dsl._schedule_converter(k, GROUPED_RULES)
+            value = lw.value(item.name, item.value, convert)
             setting_pos[item.name] = item.value.pos
             if value is not dsl._FAILED:
                 values[item.name] = value

@@ -179,9 +179,13 @@ class Operand:
     layout: Setting
     binding: str | None = None
     pos: Pos = field(default_factory=Pos, compare=False)
-    #: leading batch dims (``("B", "H")`` for ``a : bf16[B, H, M, K]``), outermost and packed: together
-    #: they are CUTLASS's batch mode L (ProblemShape (M, N, K, L)); ``layout`` applies to ``dims`` only.
+    #: leading batch dims (``("B", "H")`` for ``a : bf16[B, H, M, K]``), outermost: together they are CUTLASS's
+    #: batch mode L (ProblemShape (M, N, K, L); its stride is read from the tensor at run time); ``layout`` applies
+    #: to ``dims`` only. A batched kernel's b may have none (one b for every batch).
     batch: tuple[str, ...] = ()
+    #: a view of the bound tensor, one entry per leading dim (``<- hidden_states[:, -keep:]``): ``":"`` (all),
+    #: ``"NAME:"`` (from axis NAME on) or ``"-NAME:"`` (the last NAME); applied in :mod:`ucutlass.bind`
+    slice: tuple[str, ...] = ()
 
     @property
     def contiguous_dim(self) -> str:

@@ -128,13 +128,16 @@ class CompiledKernel:
     # --- argument checks ---------------------------------------------------------------------------
 
     def _matrix(self, name: str, t: Any, dims: tuple[str, ...], layout: Layout, dtype: DType,
-                extents: dict[str, int], device: Any, batch: tuple[str, ...] = (), align: int | None = None) -> Any:
+                extents: dict[str, int], device: Any, batch: tuple[str, ...] = (), align: int | None = None,
+                batch_strides: dict[str, int] | None = None) -> Any:
         """Check one operand; return its 2-D view (one batch's view for a batched operand).
 
-        A batched operand (``batch`` dims declared) is exactly ``[*batch, *dims]`` with packed, outermost batch
-        strides; an unbatched one folds leading dims into its first mode (row layout) unless the kernel is
-        batched (then it is shared by every batch and must be 2-D). ``align``: elements per access the kernel
-        was built for (16 bytes when None).
+        A batched operand (``batch`` dims declared) is exactly ``[*batch, *dims]``, batch dims outermost; its batch
+        strides must be packed unless ``batch_strides`` is given (a, b, c, d: the ABI passes them), where the batch
+        dims must fold into one stride (a multiple of the access size; d's batches must not overlap), recorded
+        under ``name``. An unbatched one folds leading dims into its first mode (row layout) unless the kernel is
+        batched (then it is shared by every batch and must be 2-D; batch stride 0). ``align``: elements per access
+        the kernel was built for (16 bytes when None).
         """
         import torch
 
@@ -155,7 +158,10 @@ class CompiledKernel:
                                              f"{extents[dim]}")
             per_batch = t.shape[-2] * t.shape[-1]
             want_batch = [per_batch * math.prod(t.shape[i + 1:len(batch)]) for i in range(len(batch))]
-            if any(size > 1 and stride != w for size, stride, w in zip(t.shape, t.stride(), want_batch)):
+            if batch_strides is not None:
+                batch_strides[name] = self._batch_stride(name, t, len(batch), per_batch,
+                                                          align or 16 // math.gcd(16, dtype.bytes))
+            elif any(size > 1 and stride != w for size, stride, w in zip(t.shape, t.stride(), want_batch)):
                 raise KernelRuntimeError(f"{name}: batch strides {tuple(t.stride()[:len(batch)])} are not packed "
                                          f"(expected {tuple(want_batch)}: each batch's matrix after the other)")
             if not all(t.shape[:len(batch)]):  # no batches: nothing to read, only the extents to record
@@ -166,6 +172,8 @@ class CompiledKernel:
         elif self.kernel.batch and t.dim() != 2:
             raise KernelRuntimeError(f"{name}: declared without batch dims, it is shared by every batch and must be "
                                      f"2-D [{', '.join(dims)}], got shape {tuple(t.shape)}")
+        elif self.kernel.batch and batch_strides is not None:
+            batch_strides[name] = 0  # one matrix for every batch
         if t.dim() > 2 and layout is Layout.row:
             if not t.is_contiguous():
                 raise KernelRuntimeError(f"{name}: a {t.dim()}-D operand folds its leading dimensions into "
@@ -203,6 +211,25 @@ class CompiledKernel:
             raise KernelRuntimeError(f"{name}: data pointer is not 16-byte aligned (a sliced view?); "
                                      "pass a fresh or .contiguous() tensor")
         return t
+
+    def _batch_stride(self, name: str, t: Any, n_batch: int, per_batch: int, step: int) -> int:
+        """Elements between two batches of ``t``, whose first ``n_batch`` dims are batch dims folded into one mode L
+        (each dim's stride is the next one's times its size, size-1 dims aside); packed when L ≤ 1."""
+        live = [(int(size), int(stride)) for size, stride in zip(t.shape[:n_batch], t.stride()[:n_batch]) if size > 1]
+        if any(outer != inner * size for (_, outer), (size, inner) in zip(live, live[1:])):
+            raise KernelRuntimeError(f"{name}: batch strides {tuple(t.stride()[:n_batch])} of batch dims "
+                                     f"{tuple(t.shape[:n_batch])} do not fold into one batch mode (each dim's stride "
+                                     "must be the next one's times its size)")
+        if not live:
+            return per_batch
+        stride = live[-1][1]
+        if stride % step:
+            raise KernelRuntimeError(f"{name}: batch stride {stride} is not a multiple of {step} elements (each "
+                                     "batch's matrix must start 16-byte aligned, or at the kernel's alignment)")
+        if name == "d" and stride < per_batch:
+            raise KernelRuntimeError(f"{name}: batch stride {stride} < {per_batch} elements per batch: the output's "
+                                     "batches overlap")
+        return stride
 
     def _vector(self, name: str, t: Any, size_dim: str, dtype: DType, extents: dict[str, int], device: Any,
                 batches: int = 1):
@@ -268,11 +295,17 @@ class CompiledKernel:
 
     # --- calling -----------------------------------------------------------------------------------
 
-    def _extents(self, m: int, n: int, k: int, l: int = 1):
-        """The ``extents`` array of the ABI: M, N, K (and L for a batched kernel)."""
+    def _extents(self, m: int, n: int, k: int, l: int = 1, batch_strides: Mapping[str, int] | None = None):
+        """The ``extents`` array of the ABI: M, N, K (and L and the batch strides for a batched kernel: packed,
+        or 0 for a b shared by every batch, unless ``batch_strides`` gives them by operand name)."""
         if l != 1 and len(self.abi.extents) == 3:
             raise KernelRuntimeError(f"{self.kernel.name} is not batched; L = {l}")
-        return (ctypes.c_int64 * len(self.abi.extents))(*(m, n, k, l)[:len(self.abi.extents)])
+        values = [m, n, k, l]
+        packed = {"a": m * k, "b": n * k if self.kernel.b.batch else 0, "c": m * n, "d": m * n}
+        for key in self.abi.extents[4:]:  # batch_stride_a, ...
+            op = key.removeprefix("batch_stride_")
+            values.append((batch_strides or {}).get(op, packed[op]))
+        return (ctypes.c_int64 * len(self.abi.extents))(*values[:len(self.abi.extents)])
 
     def workspace_size(self, m: int, n: int, k: int, l: int = 1) -> int:
         """Bytes of device workspace for extents (M, N, K, batch count L) with this kernel's run-time settings."""
@@ -326,10 +359,11 @@ class CompiledKernel:
             raise KernelRuntimeError(f"{k.name}: operands must be CUDA tensors (a is on {device})")
         check_device(k.target, device)  # before any launch: an sm_100a kernel cannot run on an H200
         extents: dict[str, int] = {}
+        strides: dict[str, int] = {}  # batch strides of a, b, c, d (batched kernels)
         tensors = dict(zip(self.abi.ptr_names, values))
         for op in k.operands:
             self._matrix(op.name, tensors[op.name], op.dims, op.layout, op.dtype, extents, device, op.batch,
-                         k.alignment_of(op.dtype))
+                         k.alignment_of(op.dtype), strides if k.batch else None)
         batches = math.prod(extents[d] for d in k.batch)
         scales = {s.name: s for s in k.scales}
         for name in [n for n in self.abi.ptr_names[len(k.operands):] if n not in scales]:
@@ -346,7 +380,7 @@ class CompiledKernel:
             raise KernelRuntimeError(f"{k.name}: K = 0 is not supported")
         if not batches:
             m = 0  # an empty batch: nothing to compute
-        ext = self._extents(m, n, kk, batches)
+        ext = self._extents(m, n, kk, batches, strides)
         nbytes = int(self._lib.ucut_workspace_size(ext, self._knobs)) if m and n else 0
         return device, ext, nbytes, (m, n, kk)
 

@@ -188,12 +188,22 @@ class Graders:
     def workload(self, name: str) -> int:
         return WORKLOAD[self.device][name]
 
-    def baseline(self, name: str):
-        """The honest kernel's result on the graded workload (graded once)."""
+    def baseline(self, name: str, above_ms: float | None = None):
+        """The honest kernel's result on the graded workload, graded once; graded again (up to twice, the
+        fastest kept) while its latency is above ``above_ms``: a no-gain cheat is compared with the honest
+        kernel's best time, not with one time that another process's load happened to slow down."""
         if name not in self._baselines:
             g = self(name)
             (r,) = g.grade(solution(BASELINE[name], g.problem), [self.workload(name)])
             self._baselines[name] = r
+        for _ in range(2):
+            best = self._baselines[name]
+            if above_ms is None or best.status is not Status.PASSED or best.latency_ms <= above_ms:
+                break
+            g = self(name)
+            (r,) = g.grade(solution(BASELINE[name], g.problem), [self.workload(name)])
+            if r.status is Status.PASSED and r.latency_ms < best.latency_ms:
+                self._baselines[name] = r
         return self._baselines[name]
 
     def close(self) -> None:

@@ -32,8 +32,11 @@ def test_honest_solutions_pass(cpu_graders, name, file):
 @pytest.mark.parametrize("kind", kinds("cpu"), ids=lambda k: k.name)
 def test_cheat_is_rejected_or_gains_nothing(cpu_graders, kind):
     g = cpu_graders(kind.problem)
-    baseline = cpu_graders.baseline(kind.problem) if kind.no_gain else None
     (r,) = g.grade(solution(kind.file, g.problem), [cpu_graders.workload(kind.problem)])
+    baseline = None
+    if kind.no_gain:
+        faster = r.latency_ms / 0.7 if r.status is Status.PASSED else None
+        baseline = cpu_graders.baseline(kind.problem, above_ms=faster)
     assert_verdict(kind, r, kind.cpu, baseline, min_ratio=0.7)
 
 
