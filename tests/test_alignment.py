@@ -190,6 +190,8 @@ def test_batched_and_fallback_kernels_compile_with_nvcc(compiled, name):
     assert result.ok, f"nvcc failed for {name}:\n{result.log[-3000:]}"
     assert not result.cached
     loaded = CompiledKernel(result.so_path, kernel)  # loads and checks the digest; no CUDA call
-    assert loaded.info["extents"] == (["M", "N", "K", "L"] if kernel.batch else ["M", "N", "K"])
+    batch_strides = [f"batch_stride_{op.name}" for op in kernel.operands] if kernel.batch else []
+    assert loaded.info["extents"] == (["M", "N", "K", "L"] + batch_strides if kernel.batch else ["M", "N", "K"])
+    assert loaded.info["extents"] == list(loaded.abi.extents)
     assert json.loads((result.entry / "meta.json").read_text())["config"] == kernel.config_name()
     assert hasattr(ctypes.CDLL(str(result.so_path)), "ucut_run")

@@ -5,8 +5,8 @@ headers, no -lcuda). Flags from shared/reference/cutlass/README.md (known to wor
 nvcc 13.0): ``-std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -Xcompiler -fPIC -shared`` and the
 ``a`` targets (``sm_90a``: with plain sm_90 the wgmma path compiles to a trap).
 
-Cache key: sha256 over the rendered source (less its provenance comment), the flags without machine-specific paths, the nvcc version,
-the host compiler version, the CUTLASS version and the target. Entries live under
+Cache key: sha256 over the rendered source (less its provenance comment), the flags without machine-specific
+paths, the nvcc version, the host compiler version, the CUTLASS version and the target. Entries live under
 ``cache_dir()/kernels/<key[:2]>/<key>/`` (``kernel.cu``, ``kernel.so``, ``meta.json``; a failed compile
 leaves ``error.log`` so the same failure is not paid for twice). Files are written atomically
 (temp file + ``os.replace``).
