@@ -206,6 +206,18 @@ class Graders:
                 self._baselines[name] = r
         return self._baselines[name]
 
+    def grade_cheat(self, kind: Kind, expected, min_ratio: float):
+        """Grade ``kind``'s cheat on its workload and assert its verdict (:func:`assert_verdict`); a no-gain
+        kind is compared with the honest kernel's best time (:meth:`baseline`). Returns the result."""
+        g = self(kind.problem)
+        (r,) = g.grade(solution(kind.file, g.problem), [self.workload(kind.problem)])
+        baseline = None
+        if kind.no_gain:
+            baseline = self.baseline(kind.problem,
+                                     above_ms=r.latency_ms / min_ratio if r.status is Status.PASSED else None)
+        assert_verdict(kind, r, expected, baseline, min_ratio=min_ratio)
+        return r
+
     def close(self) -> None:
         for g in self._graders.values():
             g.close()

@@ -9,7 +9,7 @@ import importlib.util
 import statistics
 
 import pytest
-from adversarial_helpers import HONEST, assert_verdict, kinds, solution
+from adversarial_helpers import HONEST, kinds, solution
 from adversarial_helpers import gpu_graders  # noqa: F401  (fixture)
 
 from ucutlass.grader import Status
@@ -50,13 +50,7 @@ def test_guards_are_armed_on_the_gpu(gpu_graders):
 
 @pytest.mark.parametrize("kind", kinds("gpu"), ids=lambda k: k.name)
 def test_cheat_is_rejected_or_gains_nothing_on_the_gpu(gpu_graders, kind):
-    g = gpu_graders(kind.problem)
-    (r,) = g.grade(solution(kind.file, g.problem), [gpu_graders.workload(kind.problem)])
-    baseline = None
-    if kind.no_gain:
-        faster = r.latency_ms / 0.85 if r.status is Status.PASSED else None
-        baseline = gpu_graders.baseline(kind.problem, above_ms=faster)
-    assert_verdict(kind, r, kind.gpu, baseline, min_ratio=0.85)
+    r = gpu_graders.grade_cheat(kind, kind.gpu, min_ratio=0.85)
     if kind.name == "l2_persist":
         assert r.checks["l2_persisting_resets"] > 0, r.checks  # the window was asked for, and undone
 
