@@ -1,7 +1,11 @@
 # Source this on the GPU machine (the `device` tool's copy of the repo): installs the carried wheels
 # (.whl/, from ../shared/tools/device-wheels.sh) and the project itself, non-editable, into /tmp/site.
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl . || return 1
+# Two scripts started side by side (one per GPU) install once: the caller sources this first, they skip it.
+if [ -z "${UCUTLASS_DEVICE_SETUP:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl . || return 1
+  export UCUTLASS_DEVICE_SETUP=1
+fi
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 export UCUTLASS_CACHE_DIR=/tmp/ucutlass-cache
 # Problems copied from ../shared/sol-execbench into the ignored, carried .device/problems.
