@@ -141,7 +141,7 @@ def _progress_printer(total_hint: int | None):
                 bar.set_postfix_str(f"last {ev['value']:.3f} best {ev['best']:.3f} ×T_SOL, "
                                     f"{state.get('pruned', 0)} illegal proposals pruned")
             else:
-                bar.write(f"trial {ev['number']} {ev['state']}: {ev.get('reason', '')[:160]}")
+                bar.write(f"trial {ev['number']} {ev['state']}: {ev.get('reason', '')[:240]}")
         elif kind == "worker-start":
             write(f"worker {ev['index']} started (pid {ev['pid']}"
                   + (f", GPU {ev['gpu']}" if ev["gpu"] is not None else "")
@@ -163,6 +163,13 @@ def _progress_printer(total_hint: int | None):
             print(f"verifying trial {ev['number']} on every workload", file=sys.stderr)
         elif kind == "verify-failed":
             print(f"  trial {ev['number']} failed verification: {ev['reason']}", file=sys.stderr)
+        elif kind == "dispatch-measure":
+            print(f"timing trial {ev['number']} on {ev['workloads']} workloads (fastest on some tuned workload: a "
+                  "dispatch candidate)", file=sys.stderr)
+        elif kind == "dispatch-verify":
+            print(f"grading the dispatch {' → '.join(ev['kernels'])} on every workload", file=sys.stderr)
+        elif kind == "dispatch-failed":
+            print(f"  the dispatch failed ({ev['reason']}); keeping the single best kernel", file=sys.stderr)
 
     return on_event
 

@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ucutlass.build import BuildResult, build_kernels
+from ucutlass.dispatch import dispatch_solution
 from ucutlass.grader import Grader, SolutionRef
+from ucutlass.ir import Program
 from ucutlass.problem import Workload
 
 from .tuner import Candidate, Outcome
@@ -46,6 +48,18 @@ class GraderMeasurer:
     def __call__(self, candidate: Candidate, workloads: Sequence[Workload]) -> list[Outcome]:
         ref = solution_for(candidate.build.so_path, candidate.program.source, self.source_file,
                            candidate.kernel.name, candidate.kernel.config_name())
+        return self._grade(ref, workloads)
+
+    def dispatch(self, program: Program, builds: Sequence[BuildResult], workloads: Sequence[Workload]
+                 ) -> list[Outcome]:
+        """Grade a dispatch program (:meth:`ucutlass.ir.Program.dispatch`, its kernels built in ``builds``) as one
+        solution."""
+        kernels = program.dispatch()
+        ref = dispatch_solution({k.name: b.so_path for k, b in zip(kernels, builds)}, program.source,
+                                self.source_file, "dispatch:" + "+".join(k.name for k in kernels))
+        return self._grade(ref, workloads)
+
+    def _grade(self, ref: SolutionRef, workloads: Sequence[Workload]) -> list[Outcome]:
         results = self.grader.grade(ref, list(workloads))
         by_uuid = {w.uuid: w for w in workloads}
         return [Outcome(workload=by_uuid[r.workload_uuid], status=str(r.status), latency_ms=r.latency_ms,

@@ -1,7 +1,8 @@
 """What ``ucutlass tune`` leaves behind: the best concrete `.ucut`, a per-workload table, JSON, a plot.
 
 Files in the output folder:
-- ``best.ucut``: the program with every ``{…}`` replaced by the winning value (comments kept);
+- ``best.ucut``: the program with every ``{…}`` replaced by the winning value (comments kept), or, when several
+  kernels beat the single best by range of M, the dispatch program of those kernels (``when M <= …``);
 - ``results.json``: study, stop reason, budget, headroom, seconds (in all, and searching), measured trials,
   the best config and one record per workload (time, reference time, T_SOL, SOL score, speedup), and every
   trial (of every worker);
@@ -40,16 +41,23 @@ def sol_score(t_k: float | None, t_b: float | None, t_sol: float | None) -> floa
 
 
 def workload_rows(result: TuneResult) -> list[dict[str, Any]]:
-    """One dict per workload of the verified best: label, times (ms), speedup, SOL score, status."""
+    """One dict per workload of what ``tune`` delivers (the dispatch when there is one, else the verified best):
+    label, times (ms), speedup, SOL score, status; with a dispatch also the kernel that served the workload and
+    the single best configuration's time (``single_time_ms``)."""
+    d = result.dispatch
+    single = {o.workload.uuid: o.latency_ms for o in (d.single_outcomes if d else [])}
     rows = []
-    for o in result.best_outcomes:
-        rows.append({
+    for o in (d.outcomes if d else result.best_outcomes):
+        row = {
             "workload": o.workload.label(), "uuid": o.workload.uuid, "status": o.status,
             "time_ms": o.latency_ms, "reference_ms": o.reference_ms, "t_sol_ms": o.t_sol_ms,
             "speedup": (o.reference_ms / o.latency_ms) if o.latency_ms and o.reference_ms else None,
             "sol_score": sol_score(o.latency_ms, o.reference_ms, o.t_sol_ms),
             "tuned": o.workload in result.tuned_workloads,
-        })
+        }
+        if d:
+            row.update(kernel=d.served.get(o.workload.uuid), single_time_ms=single.get(o.workload.uuid))
+        rows.append(row)
     return rows
 
 
@@ -62,19 +70,27 @@ def _fmt(v: Any, spec: str) -> str:
 def format_table(result: TuneResult) -> str:
     """The per-workload table of the best configuration, with a geomean line."""
     rows = workload_rows(result)
-    head = f"{'workload':<34} {'time ms':>9} {'torch ms':>9} {'T_SOL ms':>9} {'speedup':>8} {'SOL score':>9}"
+    d = result.dispatch
+    width = max([len(r.get("kernel") or "") for r in rows] + [6]) if d else 0
+    extra_head = f" {'kernel':<{width}} {'single ms':>9}" if d else ""
+    head = (f"{'workload':<34} {'time ms':>9} {'torch ms':>9} {'T_SOL ms':>9} {'speedup':>8} {'SOL score':>9}"
+            + extra_head)
     lines = [head, "-" * len(head)]
     for r in rows:
         mark = "*" if r["tuned"] else " "
+        extra = f" {r.get('kernel') or '-':<{width}} {_fmt(r.get('single_time_ms'), '9.4f')}" if d else ""
         lines.append(f"{(r['workload'] + mark)[:34]:<34} {_fmt(r['time_ms'], '9.4f')} {_fmt(r['reference_ms'], '9.4f')} "
-                     f"{_fmt(r['t_sol_ms'], '9.4f')} {_fmt(r['speedup'], '8.3f')} {_fmt(r['sol_score'], '9.3f')}")
+                     f"{_fmt(r['t_sol_ms'], '9.4f')} {_fmt(r['speedup'], '8.3f')} {_fmt(r['sol_score'], '9.3f')}"
+                     + extra)
     speedups = [r["speedup"] for r in rows if r["speedup"]]
     scores = [r["sol_score"] for r in rows if r["sol_score"] is not None]
     if speedups:
         lines.append("-" * len(head))
         lines.append(f"{'geomean speedup / mean SOL score':<34} {'':>9} {'':>9} {'':>9} "
                      f"{geomean(speedups):8.3f} {_fmt(sum(scores) / len(scores) if scores else None, '9.3f')}")
-    lines.append("* = workload used during the search; every row was verified with the best config")
+    lines.append("* = workload used during the search; every row was verified with "
+                 + ("the dispatch of best.ucut (kernel = the one that served it; single ms = the best single "
+                    "configuration)" if d else "the best config"))
     return "\n".join(lines)
 
 
@@ -91,7 +107,7 @@ def write_outputs(result: TuneResult, out_dir: Path, extra: dict | None = None) 
     paths: dict[str, Path] = {}
     if result.best is not None:
         paths["best"] = out_dir / "best.ucut"
-        _atomic_write(paths["best"], result.best.program.source)
+        _atomic_write(paths["best"], result.dispatch.source if result.dispatch else result.best.program.source)
         paths["table"] = out_dir / "table.txt"
         _atomic_write(paths["table"], format_table(result) + "\n")
     doc = {
@@ -106,8 +122,14 @@ def write_outputs(result: TuneResult, out_dir: Path, extra: dict | None = None) 
             "config": result.best.kernel.config_name(), "objective_t_over_sol": result.best_value,
             "so_path": str(result.best.build.so_path) if result.best.build else None,
         },
+        "dispatch": None if result.dispatch is None else {
+            "kernels": result.dispatch.kernels,
+            "geomean_speedup": geomean([o.reference_ms / o.latency_ms for o in result.dispatch.outcomes]),
+            "single_best_geomean_speedup": geomean([o.reference_ms / o.latency_ms
+                                                    for o in result.dispatch.single_outcomes]),
+        },
         "workloads": workload_rows(result),
-        "records": [o.record for o in result.best_outcomes],
+        "records": [o.record for o in (result.dispatch.outcomes if result.dispatch else result.best_outcomes)],
         "trials": result.trials,
         **(extra or {}),
     }

@@ -48,6 +48,7 @@ from ucutlass.ir import GemmKernel, Program
 from ucutlass.problem import Problem, Workload
 
 from .budget import StopRule, geomean, headroom, trial_budget
+from .portfolio import choose, contenders, ranges
 from .space import SearchSpace, params_key
 from .storage import Heartbeat, fail_dead_workers, fail_stale_trials, heartbeat_enabled, open_storage, worker_id
 
@@ -87,6 +88,11 @@ class Measurer(Protocol):
 
     def __call__(self, candidate: Candidate, workloads: Sequence[Workload]) -> list[Outcome]: ...
 
+    def dispatch(self, program: Program, builds: Sequence[BuildResult], workloads: Sequence[Workload]
+                 ) -> list[Outcome]:
+        """Grade a dispatch program (its kernels built in ``builds``, in order) as one solution."""
+        ...
+
 
 BuildFn = Callable[[Sequence[Candidate]], Sequence[BuildResult]]
 
@@ -108,6 +114,12 @@ class TuneConfig:
             ``random`` or ``brute`` (every legal configuration enqueued in the study, in a seeded order).
         seed: sampler seed.
         time_limit_s: stop searching after this many seconds (the best is still verified).
+        dispatch: at most this many kernels in the result, one per range of M (a GEMM's dispatch,
+            :mod:`search.portfolio`); 1 keeps the single best configuration.
+        dispatch_gain: a kernel joins the dispatch, and a range stays apart from its neighbour, only when it
+            shortens the geomean time over every workload by at least this fraction.
+        dispatch_workloads: the dispatch's candidates are timed on this many workloads spread over the range of
+            work (:func:`representative_workloads`); the dispatch chosen is then graded on every workload.
     """
 
     trials: int | None = None
@@ -118,6 +130,9 @@ class TuneConfig:
     sampler: str = "auto"
     seed: int = 0
     time_limit_s: float | None = None
+    dispatch: int = 3
+    dispatch_gain: float = 0.02
+    dispatch_workloads: int = 12
 
 
 @dataclass
@@ -137,6 +152,26 @@ class TuneResult:
     headroom: float
     seconds: float
     search_seconds: float | None = None  # from the first trial asked to the last told (no verification)
+    dispatch: "Dispatch | None" = None  # several kernels by range of M, when they beat the single best
+
+
+@dataclass
+class Dispatch:
+    """The kernels ``tune`` keeps when one configuration is not fastest everywhere (:mod:`search.portfolio`).
+
+    Attributes:
+        source: the concrete `.ucut` dispatch program (``kernel … when M <= 64 { … }``), written as best.ucut.
+        kernels: per kernel of the program, in order: ``{"kernel", "when", "trial", "params", "config"}``.
+        outcomes: the dispatch graded as one solution on every workload (what the table reports).
+        single_outcomes: the single best configuration on every workload, for comparison.
+        served: ``{workload uuid: the kernel that serves it}``.
+    """
+
+    source: str
+    kernels: list[dict]
+    outcomes: list[Outcome]
+    single_outcomes: list[Outcome]
+    served: dict[str, str]
 
 
 def representative_workloads(binding: Binding, k: int) -> list[Workload]:
@@ -147,6 +182,12 @@ def representative_workloads(binding: Binding, k: int) -> list[Workload]:
         return work
     idx = sorted({round(i * (len(work) - 1) / (k - 1)) for i in range(k)}) if k > 1 else [len(work) - 1]
     return [work[i] for i in idx]
+
+
+def _first_line(message: str, limit: int = 200) -> str:
+    """The first non-empty line of a grader message, cut to ``limit`` characters (for progress lines)."""
+    line = next((ln.strip() for ln in (message or "").splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def _objective(outcomes: Sequence[Outcome]) -> float:
@@ -507,7 +548,7 @@ class Tuner:
             self._tell_failed(study, trial, hb, o.status, f"{o.workload.label()}: {o.message}")
             stop.record(None, key)
             self.progress({"event": "trial", "number": trial.number, "state": "FAIL",
-                           "params": cand.params, "reason": f"{o.status} on {o.workload.label()}"})
+                           "params": cand.params, "reason": f"{o.status} on {o.workload.label()}: {_first_line(o.message)}"})
             return
         value = _objective(outcomes)
         trial.set_user_attr("status", "PASSED")
@@ -555,7 +596,78 @@ class Tuner:
                 best, best_value = cand, t.value
                 break
             self.progress({"event": "verify-failed", "number": t.number,
-                           "reason": next(f"{o.status} on {o.workload.label()}" for o in outcomes if not o.ok)})
+                           "reason": next(f"{o.status} on {o.workload.label()}: {_first_line(o.message)}"
+                                          for o in outcomes if not o.ok)})
+        dispatch = self._dispatch(best, outcomes, complete) if best is not None else None
         return TuneResult(self.study_name, best, best_value, outcomes if best else [], rows, reason,
                           self._tuned_workloads(), s.budget, s.legal, self.space.size, s.headroom,
-                          time.monotonic() - self._start, self.search_seconds)
+                          time.monotonic() - self._start, self.search_seconds, dispatch)
+
+    def _dispatch(self, best: Candidate, outcomes: Sequence[Outcome], complete: Sequence[FrozenTrial]
+                  ) -> Dispatch | None:
+        """Several kernels by range of M when they beat ``best`` (:mod:`search.portfolio`): the configurations
+        fastest on some tuned workload are timed on ``dispatch_workloads`` workloads spread over the range of work,
+        the few that shorten the geomean there are kept, and the dispatch program they make is built and graded as
+        one solution on every workload. None when one kernel is as good (or the kernel is not a plain GEMM, or M
+        does not vary, or the dispatch fails its check)."""
+        from ucutlass.dispatch import kernel_block, render_dispatch
+        from ucutlass.dsl import parse
+
+        cfg = self.config
+        if cfg.dispatch < 2 or getattr(self.space.kernel, "family", "gemm") != "gemm":
+            return None
+        workloads = list(self.problem.workloads)
+        mode_of = {w.uuid: int(self.binding.extents(w)["M"]) for w in workloads}
+        if len(set(mode_of.values())) < 2:
+            return None
+        best_key = params_key(best.params)
+        trial_of = {params_key(t.params): t for t in complete}
+        trial_times = {k: {u: ms for u, ms in (t.user_attrs.get("latency_ms") or {}).items() if ms}
+                       for k, t in trial_of.items()}
+        others = [k for k in contenders(trial_times, self.setup.tuned) if k != best_key][:cfg.dispatch]
+        if not others:
+            return None
+        cands = {best_key: best}
+        for k in others:
+            params = {p: dict(k)[p] for p in self.space.choices}
+            cands[k] = Candidate(trial_of[k].number, params, self.space.concrete(params),
+                                 self.space.concrete_program(params))
+        for k, built in zip(others, self.build([cands[k] for k in others])):
+            cands[k].build = built
+        sample = representative_workloads(self.binding, cfg.dispatch_workloads)
+        times = {best_key: {o.workload.uuid: o.latency_ms for o in outcomes if o.ok}}
+        for k in others:
+            self.progress({"event": "dispatch-measure", "number": cands[k].number, "workloads": len(sample)})
+            if not cands[k].build.ok:
+                continue
+            times[k] = {o.workload.uuid: o.latency_ms for o in self._measure_checked(cands[k], sample) if o.ok}
+        uuids = [w.uuid for w in sample]
+        chosen = choose(times, uuids, best_key, cfg.dispatch, cfg.dispatch_gain)
+        rngs = ranges(times, chosen, {u: mode_of[u] for u in uuids}, cfg.dispatch_gain)
+        if len(rngs) == 1:
+            return None  # one configuration serves every workload best: the single best stays
+        base = best.kernel.name
+        blocks = [(kernel_block(cands[r.config].program.source, base),
+                   base if r.upper is None else f"{base}_m{r.upper}", None if r.upper is None else ("M", r.upper))
+                  for r in rngs]
+        program = parse(render_dispatch(blocks), best.program.file)
+        kernels = program.dispatch()
+        members = [Candidate(cands[r.config].number, cands[r.config].params, k, program)
+                   for r, k in zip(rngs, kernels)]
+        builds = self.build(members)
+        if not all(b.ok for b in builds):
+            self.progress({"event": "dispatch-failed", "reason": next(b.error for b in builds if not b.ok)})
+            return None
+        self.progress({"event": "dispatch-verify", "kernels": [k.name for k in kernels]})
+        graded = self.measure.dispatch(program, builds, workloads)
+        bad = [o for o in graded if not o.ok]
+        if bad:
+            self.progress({"event": "dispatch-failed",
+                           "reason": f"{bad[0].status} on {bad[0].workload.label()}: {_first_line(bad[0].message)}"})
+            return None
+        info = [{"kernel": k.name, "when": None if r.upper is None else f"M <= {r.upper}", "trial": m.number,
+                 "params": m.params, "config": m.kernel.config_name()}
+                for r, k, m in zip(rngs, kernels, members)]
+        name_of = {id(r): k.name for r, k in zip(rngs, kernels)}
+        served = {u: name_of[id(next(r for r in rngs if r.upper is None or m <= r.upper))] for u, m in mode_of.items()}
+        return Dispatch(program.source, info, graded, list(outcomes), served)

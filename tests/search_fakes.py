@@ -71,11 +71,15 @@ class FakeMeasure:
     """
 
     SPEED = {"64x128x64": 3.0, "128x128x64": 1.6, "128x256x64": 1.2, "256x128x64": 1.1}
+    #: with ``by_m``: below M = 1000 (decode) small tiles win, as on a GPU
+    SPEED_SMALL_M = {"64x128x64": 0.5, "128x128x64": 1.0, "128x256x64": 1.5, "256x128x64": 2.0}
 
     def __init__(self, crash_tile: str | None = None, sol_ms: float = 1.0, log: str | None = None,
                  delay_s: float = 0.0, sleep_on: dict | None = None, sleep_s: float = 0.0,
-                 marker_dir: str | None = None):
+                 marker_dir: str | None = None, by_m: bool = False, dispatch_status: str = "PASSED"):
         self.crash_tile = crash_tile
+        self.by_m, self.dispatch_status = by_m, dispatch_status
+        self.dispatches = []
         self.sol_ms = sol_ms
         self.log, self.delay_s = log, delay_s
         self.sleep_on, self.sleep_s, self.marker_dir = sleep_on, sleep_s, marker_dir
@@ -110,11 +114,29 @@ class FakeMeasure:
             time.sleep(self.delay_s)
         if cand.params["tile"] == self.crash_tile:
             return [Outcome(w, "CRASHED", message="illegal memory access (fake)") for w in workloads]
-        t = self.SPEED[cand.params["tile"]] * (0.9 if cand.params["cluster"] == "2x1x1" else 1.0)
-        if cand.params["schedule"] == "pingpong":
+        return [self._outcome(cand.params, w) for w in workloads]
+
+    def _outcome(self, params, w, status="PASSED"):
+        m = w.axes["batch_size"] * w.axes["seq_len"]
+        speed = self.SPEED_SMALL_M if self.by_m and m < 1000 else self.SPEED
+        t = speed[params["tile"]] * (0.9 if params["cluster"] == "2x1x1" else 1.0)
+        if params["schedule"] == "pingpong":
             t *= 1.05
-        return [Outcome(w, "PASSED", latency_ms=t * self.sol_ms, reference_ms=3.0 * self.sol_ms,
-                        t_sol_ms=self.sol_ms) for w in workloads]
+        return Outcome(w, status, latency_ms=t * self.sol_ms, reference_ms=3.0 * self.sol_ms, t_sol_ms=self.sol_ms)
+
+    def dispatch(self, program, builds, workloads):
+        """Each workload timed with the kernel of the dispatch that serves its M."""
+        from ucutlass.dispatch import pick
+
+        kernels = program.dispatch()
+        self.dispatches.append([k.name for k in kernels])
+        out = []
+        for w in workloads:
+            k = kernels[pick([k.when for k in kernels], {"M": w.axes["batch_size"] * w.axes["seq_len"]})]
+            params = {"tile": "x".join(map(str, k.tile)), "cluster": "x".join(map(str, k.cluster)),
+                      "schedule": k.schedule.value}
+            out.append(self._outcome(params, w, self.dispatch_status))
+        return out
 
 
 def make_tuner(p, build, measure, **kw):

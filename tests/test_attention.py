@@ -337,3 +337,18 @@ def test_tuner_picks_the_fastest_attention_config():
     assert result.best.params["tile"] == "128x128" and result.best.params["schedule"] == "cooperative"
     assert result.best.params["stages"] == "4"
     assert result.best_value == pytest.approx(1.2 * 0.9)
+
+
+def test_sm90_needs_sq_a_multiple_of_8():
+    """Example 88's can_implement refuses Sq % 8 != 0 (16-byte TMA rows of Q); the runtime says so before a launch."""
+    from ucutlass.attention_runtime import extents_of
+
+    k90 = one(attn("mask = causal"))
+    shapes = {n: (1, 77, 2, 128) for n in ("q", "o")} | {n: (1, 77, 1, 128) for n in ("k", "v")}
+    _, errors = extents_of(k90, shapes)
+    assert errors == ["Sq = 77 is not a multiple of 8: CUTLASS's sm90 FMHA (example 88) loads Q in 16-byte TMA "
+                      "rows; pad the sequence to 80"]
+    shapes = {n: (1, 72, 2, 128) for n in ("q", "o")} | {n: (1, 72, 1, 128) for n in ("k", "v")}
+    assert extents_of(k90, shapes)[1] == []
+    assert extents_of(one(attn("target = sm100  mask = causal")), {n: (1, 77, 2, 128) for n in ("q", "o")}
+                      | {n: (1, 77, 1, 128) for n in ("k", "v")})[1] == []

@@ -77,11 +77,12 @@ def _reference(q, k, v, layout, causal, scale):
     return (out.transpose(1, 2) if layout == "bshd" else out), lse
 
 
-CASES = [  # (B, Sq, Sk, Hq, Hkv): GQA and MHA, lengths that are and are not multiples of 128 (and of 64)
+CASES = [  # (B, Sq, Sk, Hq, Hkv): GQA and MHA, lengths that are and are not multiples of 128 (and of 64);
+    # example 88 needs Sq a multiple of 8 (test_ragged_sq_is_refused_by_name)
     (2, 256, 256, 8, 2),
     (1, 1000, 1000, 8, 2),
-    (2, 333, 333, 4, 4),
-    (1, 77, 77, 2, 1),
+    (2, 328, 328, 4, 4),
+    (1, 72, 72, 2, 1),
     (1, 200, 520, 4, 1),     # Sq < Sk
 ]
 
@@ -160,3 +161,12 @@ def test_bad_arguments_are_named(kernels):
     with pytest.raises(KernelRuntimeError, match="Sq <= Sk"):
         q2, _, _ = _tensors(torch.bfloat16, "bshd", 1, 512, 256, 8, 2, 128)
         kern(q=q2, k=k, v=v, o=torch.empty_like(q2), lse=torch.empty(1, 8, 512, device="cuda"))
+
+
+def test_ragged_sq_is_refused_by_name(kernels):
+    """Sq = 77: example 88's can_implement refuses it; the error says why and what to pad to, before any launch."""
+    q, k, v = _tensors(torch.bfloat16, "bshd", 1, 77, 77, 2, 1, 128)
+    o = torch.full_like(q, float("nan"))
+    with pytest.raises(KernelRuntimeError, match="Sq = 77 is not a multiple of 8.*pad the sequence to 80"):
+        kernels["full_pingpong"](q=q, k=k, v=v, o=o)
+    assert o.isnan().all()

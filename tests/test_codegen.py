@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import re
 
@@ -121,7 +123,21 @@ def test_info_json_names_the_abi():
     doc = json.loads(info)
     assert doc["ptrs"] == ["a", "b", "d", "bias", "rowscale", "residual"]
     assert doc["scalars"] == ["alpha"]
-    assert doc["digest"] == parse(EVT_FULL).kernel().digest()
+    assert doc["digest"] == parse(EVT_FULL).kernel().build_digest()
+    assert doc["name"] == "kernel"  # compiled under ir.BUILD_NAME: renamed copies (a dispatch) share the build
+
+
+def test_a_renamed_kernel_is_the_same_build():
+    """Only the header comment names the kernel; the cache key leaves it out, so a tuned kernel and its renamed
+    copy in a dispatch program are one nvcc run."""
+    from ucutlass.build import cache_key
+
+    k = parse(EVT_FULL).kernel()
+    renamed = dataclasses.replace(k, name="evt_m64")
+    a, b = codegen.render(k), codegen.render(renamed)
+    assert a != b and "// kernel evt_m64: evt_m64_sm90" in b
+    assert cache_key(a, "sm90") == cache_key(b, "sm90")
+    assert k.build_digest() == renamed.build_digest() and k.digest() != renamed.digest()
 
 
 def test_template_has_no_undefined_holes(monkeypatch):

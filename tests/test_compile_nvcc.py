@@ -44,10 +44,10 @@ def test_generated_kernel_compiles_with_nvcc(compiled, name):
         assert hasattr(lib, symbol)
     # The runtime loads it and checks that it was built from this kernel (no CUDA call is made).
     loaded = CompiledKernel(result.so_path, kernel)
-    assert loaded.info["config"] == kernel.config_name()
+    assert loaded.info["config"] == kernel.build_config().config_name()  # compiled under ir.BUILD_NAME
     assert loaded.info["ptrs"] == list(loaded.abi.ptr_names)
     meta = json.loads((result.entry / "meta.json").read_text())
-    assert meta["ok"] and meta["config"] == kernel.config_name()
+    assert meta["ok"] and meta["config"] == kernel.build_config().config_name()
     gencode = {"sm90": "arch=compute_90a,code=sm_90a", "sm100": "arch=compute_100a,code=sm_100a"}
     assert loaded.info["target"] == meta["target"] == kernel.target.value
     assert gencode[kernel.target.value] in meta["command"]

@@ -22,6 +22,10 @@ from .errors import CheckError, Diagnostic, KernelRuntimeError
 from .ir import Pos
 
 
+#: Sq must be a multiple of this on sm90 (16 bytes of bf16/f16; example 88's can_implement).
+SM90_SEQ_ALIGNMENT = 8
+
+
 def _dims_extents(kernel: AttentionKernel, name: str, shape: Sequence[int]) -> dict[str, int]:
     """Extents named by operand ``name``'s declared dims (the head dim under ``D``)."""
     op = getattr(kernel, name)
@@ -61,6 +65,11 @@ def extents_of(kernel: AttentionKernel, shapes: Mapping[str, Sequence[int]]) -> 
         errors.append(f"head dim D = {ext['D']}, the kernel was compiled for {kernel.head_dim}")
     if ext.get("Hkv") and ext.get("Hq") and ext["Hq"] % ext["Hkv"]:
         errors.append(f"Hq = {ext['Hq']} is not a multiple of Hkv = {ext['Hkv']}")
+    if getattr(kernel.target, "value", kernel.target) == "sm90" and ext.get("Sq", 0) % SM90_SEQ_ALIGNMENT:
+        # fmha_collective_tma_warpspecialized.hpp, can_implement: get<2>(problem_size) % Alignment == 0, with
+        # Alignment = 16 bytes of elements (TMA); example 88 has no masked tail for Sq.
+        errors.append(f"Sq = {ext['Sq']} is not a multiple of {SM90_SEQ_ALIGNMENT}: CUTLASS's sm90 FMHA (example 88) "
+                      f"loads Q in 16-byte TMA rows; pad the sequence to {-(-ext['Sq'] // 8) * 8}")
     if kernel.mask == "causal" and ext.get("Sq", 0) > ext.get("Sk", 0):
         errors.append(f"causal attention needs Sq <= Sk (Sq = {ext['Sq']}, Sk = {ext['Sk']})")
     return ext, errors

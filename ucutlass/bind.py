@@ -148,7 +148,12 @@ class Binding:
         return {d: v for d, (v, _) in found.items()}
 
     def callable(self, compiled: Any) -> Callable[..., None]:
-        """A destination-passing ``fn(*inputs, *outputs)`` in the problem's definition order."""
+        """A destination-passing ``fn(*inputs, *outputs)`` in the problem's definition order.
+
+        ``fn.kernel`` is ``compiled``; ``fn.modes(*inputs, *outputs)`` gives a call's GEMM modes ``{"M", "N", "K"}``
+        through ``compiled.modes`` (the launch's own plan, checking the arguments; see
+        :meth:`ucutlass.runtime.CompiledKernel.modes`), which a dispatch picks its kernel with.
+        """
         names = list(self.problem.inputs) + list(self.problem.outputs)
         tensor_of = {s.arg: s.tensor for s in self.slots}
         abi = compiled.abi
@@ -158,7 +163,8 @@ class Binding:
         views = [(j, slices[arg]) for j, arg in enumerate(abi.ptr_names) if arg in slices]
         sources = self._axis_sources() if views else {}
 
-        def run(*args: Any) -> None:
+        def values_of(args: Sequence[Any]) -> list[Any]:
+            """The kernel's ABI arguments of a call's arguments."""
             if len(args) != len(names):
                 raise TypeError(f"expected {len(names)} arguments ({', '.join(names)}), got {len(args)}")
             values = [args[i] for i in order]
@@ -166,10 +172,14 @@ class Binding:
                 axes = {a: v if isinstance(v, int) else int(args[v[0]].shape[v[1]]) for a, v in sources.items()}
                 for j, entries in views:
                     values[j] = values[j][slice_index(entries, values[j].shape, axes)]
-            compiled.call(values)
+            return values
+
+        def run(*args: Any) -> None:
+            compiled.call(values_of(args))
 
         run.__name__ = f"{self.kernel.name}_on_{self.problem.id}"
         run.kernel = compiled  # type: ignore[attr-defined]
+        run.modes = lambda *args: compiled.modes(values_of(args))  # type: ignore[attr-defined]
         return run
 
     def _axis_sources(self) -> dict[str, int | tuple[int, int]]:

@@ -63,6 +63,7 @@ def cmd_check(args) -> int:
         return 1
     report = {"ok": True, "file": args.file, "kernels": [], "diagnostics": []}
     text = []
+    bound_extents = {}  # kernel name -> its extents on each workload (with --problem)
     for kernel in program.kernels:
         extents = None
         if args.problem:
@@ -78,6 +79,7 @@ def cmd_check(args) -> int:
                 text += [d.format() for d in e.diagnostics]
                 continue
             all_ext = [binding.extents(w) for w in problem.workloads]
+            bound_extents[kernel.name] = all_ext
             if getattr(binding, "kernel", kernel) is not kernel:  # alignment = auto, lowered for the extents
                 kernel = binding.kernel
                 text.append(f"{args.file}: kernel {kernel.name}: alignment = auto is {kernel.alignment} elements "
@@ -121,6 +123,12 @@ def cmd_check(args) -> int:
         text += [d.format() for d in diags]
         if not errors and not kernel.choices():
             text.append(f"{args.file}: kernel {kernel.name}: ok ({kernel.config_name()})")
+    if program.dispatch():  # one solution: each call runs the first kernel whose `when` holds
+        from .dispatch import describe
+
+        chain = program.dispatch()
+        text.append(f"{args.file}: {describe(chain, bound_extents.get(chain[-1].name))}")
+        report["dispatch"] = [{"name": k.name, "when": list(k.when) if k.when else None} for k in chain]
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -247,22 +255,36 @@ def _solution_for_file(path: str, problem, args):
     from .build import build_kernels, raise_for
 
     program = _picks(_load_program(path), getattr(args, "pick", None) or [], getattr(args, "kernel", None))
-    kernel = program.kernel(args.kernel)
-    if kernel.choices():
-        raise UcutError(f"{path}: kernel {kernel.name} still has open choices ({', '.join(kernel.choices())}); "
-                        "grade a concrete program (e.g. the best.ucut that tune writes) or use --pick")
-    kernel = getattr(bind(kernel, problem), "kernel", kernel)  # alignment = auto lowered for the workloads
+    # a dispatch (kernels with `when`) is graded as one solution, unless --kernel names one of its kernels
+    dispatch = program.dispatch() if not args.kernel else ()
+    try:
+        kernels = dispatch or (program.kernel(args.kernel),)
+    except KeyError as e:  # several kernels and no --kernel, or no such kernel
+        raise UcutError(f"{e.args[0]} (--kernel NAME)") from None
+    bound = []
+    for kernel in kernels:
+        if kernel.choices():
+            raise UcutError(f"{path}: kernel {kernel.name} still has open choices ({', '.join(kernel.choices())}); "
+                            "grade a concrete program (e.g. the best.ucut that tune writes) or use --pick")
+        bound.append(getattr(bind(kernel, problem), "kernel", kernel))  # alignment = auto lowered for the workloads
     import torch
 
     if torch.cuda.is_available():
         from .runtime import check_device
 
-        check_device(kernel.target)  # an sm100 kernel on an H200: refuse before a minute of nvcc
-    print(f"compiling {kernel.config_name()} …", file=sys.stderr)
-    result = raise_for(build_kernels([kernel], source_file=path, sources=[program.source])[0])
+        for kernel in bound:
+            check_device(kernel.target)  # an sm100 kernel on an H200: refuse before a minute of nvcc
+    print(f"compiling {', '.join(k.config_name() for k in bound)} …", file=sys.stderr)
+    results = [raise_for(r) for r in build_kernels(bound, source_file=path, sources=[program.source] * len(bound))]
+    if dispatch:
+        from .dispatch import describe, dispatch_solution
+
+        print(describe(bound), file=sys.stderr)
+        return dispatch_solution({k.name: r.so_path for k, r in zip(bound, results)}, program.source, path,
+                                 f"{Path(path).stem} ({', '.join(k.name for k in bound)})")
     from .search.measure import solution_for
 
-    return solution_for(result.so_path, program.source, path, kernel.name, kernel.config_name())
+    return solution_for(results[0].so_path, program.source, path, bound[0].name, bound[0].config_name())
 
 
 def cmd_grade(args) -> int:
@@ -323,7 +345,9 @@ def cmd_tune(args) -> int:
     program = _load_program(str(spec))
     config = TuneConfig(trials=args.trials, epsilon=args.epsilon, patience=args.patience, batch=args.batch,
                         max_workloads=args.max_workloads, sampler=args.sampler, seed=args.seed,
-                        time_limit_s=args.time_limit)
+                        time_limit_s=args.time_limit, dispatch=args.dispatch)
+    if args.dispatch < 1:
+        raise UcutError(f"--dispatch must be at least 1, got {args.dispatch}")
     if args.dry_run:
         p = plan(problem, program, kernel=args.kernel, source_file=str(spec), max_workloads=args.max_workloads)
         t_sol = None
@@ -437,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=float, default=0.25, help="stop within (1+ε)·T_SOL")
     p.add_argument("--patience", type=int, default=12, help="stop after this many trials without gain")
     p.add_argument("--sampler", default="auto", choices=["auto", "tpe", "random", "brute"])
+    p.add_argument("--dispatch", type=int, default=3, metavar="N",
+                   help="at most N kernels in best.ucut, one per range of M, when they beat the single best by "
+                        "2%% or more on the geomean (a GEMM; default 3; 1: one kernel)")
     p.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop searching after this long "
                    "(the best found is still verified on every workload)")
     p.add_argument("--seed", type=int, default=0)

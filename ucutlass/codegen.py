@@ -300,6 +300,7 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
     problems = [d for d in arch.check_kernel(kernel) if d.severity == "error"]
     if problems:
         raise CheckError(problems)
+    shown = kernel  # the header comment names the kernel as written; the code and ucut_info use build_config
     kernel = kernel.build_config()  # run-time settings are arguments, not code: one build serves them all
     schedule = arch.resolve_schedule(kernel)
     sm90 = kernel.target is ir.Target.sm90
@@ -332,8 +333,8 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
     return {
         "ucutlass_version": __version__,
         "source_file": source_file,
-        "name": kernel.name,
-        "config_name": kernel.config_name(),
+        "name": shown.name,
+        "config_name": shown.config_name(),
         "epilogue_text": ir.expr_to_text(kernel.epilogue),
         "operands_desc": "   ".join(f"{op.name.upper()}: {_describe(op)}" for op in kernel.operands),
         "has_c": c is not None,

@@ -84,7 +84,7 @@ REDUCTIONS: dict[str, tuple[str, str]] = {"sum_n": ("sum", "M"), "max_n": ("max"
 #: Every function an epilogue expression may call: the activations, ``cast(x, DTYPE)`` and the reductions.
 FUNCTIONS = ACTIVATIONS + ("cast",) + tuple(REDUCTIONS)
 #: Words with a fixed meaning: block keywords, layouts, ``auto``, and the epilogue's ``acc`` and ``c``.
-KEYWORDS = ("kernel", "epilogue", "row", "col", "auto", "acc", "c")
+KEYWORDS = ("kernel", "when", "epilogue", "row", "col", "auto", "acc", "c")
 
 #: GEMM operands and the dim names each must be declared over (in either order).
 OPERAND_DIMS: dict[str, tuple[str, str]] = {"a": ("M", "K"), "b": ("N", "K"), "c": ("M", "N"), "d": ("M", "N")}
@@ -123,6 +123,10 @@ ERROR_CODES: dict[str, str] = {
     "reads-output": "a statement reads a reduction output (complete only after the kernel)",
     "duplicate-epilogue": "two epilogue blocks",
     "duplicate-kernel": "two kernels with one name",
+    "bad-when": "a dispatch condition other than when M, N or K <= a whole number, or on a kernel other than gemm",
+    "dispatch-order": "a dispatch kernel that can never run (after the fallback, or bounds not increasing), or "
+                      "a last kernel with when",
+    "dispatch-mismatch": "dispatch kernels that bind other tensors or compute another epilogue, or are not gemms",
     "duplicate-input": "an epilogue input declared twice",
     "bad-name": "an epilogue input named acc, a, b, c, d or like a function",
     "choice-not-allowed": "{…} in an epilogue input",
@@ -373,6 +377,17 @@ class _Epilogue:
 
 
 @dataclass(frozen=True)
+class _When:
+    """``when M <= 64`` in a kernel's header (a dispatch condition; lowered in :mod:`ucutlass.dispatch`)."""
+
+    mode: str
+    mode_pos: Pos
+    bound: str
+    bound_pos: Pos
+    pos: Pos
+
+
+@dataclass(frozen=True)
 class _Kernel:
     name: str
     name_pos: Pos
@@ -380,6 +395,7 @@ class _Kernel:
     family_pos: Pos
     items: tuple[Union[_Setting, _Decl, _Epilogue], ...]
     pos: Pos
+    when: _When | None = None
 
 
 def _atom_of(text: str) -> _Atom:
@@ -420,8 +436,12 @@ class _ToAst(Transformer):
         return tuple(children)
 
     def kernel(self, meta, children):
-        name, family, *items = children
-        return _Kernel(str(name), self._t(name), str(family), self._t(family), tuple(items), self._p(meta))
+        name, family, when, *items = children
+        return _Kernel(str(name), self._t(name), str(family), self._t(family), tuple(items), self._p(meta), when)
+
+    def when(self, meta, children):
+        mode, _le, bound = children
+        return _When(str(mode), self._t(mode), str(bound), self._t(bound), self._p(meta))
 
     def setting(self, meta, children):
         name, value = children
@@ -569,16 +589,22 @@ def _end_pos(text: str, file: str) -> Pos:
     return Pos(file, line, column, line, column, len(stripped), len(stripped))
 
 
+_WHEN_FORM = ("a dispatch condition is when MODE <= NUMBER, MODE one of M, N, K "
+              "(kernel decode : gemm when M <= 64 { … })")
+
+
 def _syntax_error(e: UnexpectedInput, text: str, file: str) -> UcutSyntaxError:
     """Turn Lark's exception into a Diagnostic that says, in words, what was expected."""
     if isinstance(e, UnexpectedCharacters):
         pos = Pos(file, e.line, e.column, e.line, e.column + 1, e.pos_in_stream, e.pos_in_stream + 1)
         char = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else ""
         expected = sorted(e.allowed or ())
-        message = f"unexpected character {char!r}"
-        if expected:
+        message, valid, code = f"unexpected character {char!r}", (), "syntax"
+        if "LE" in expected:  # when M < 64, when M >= 64
+            message, valid, code = f"{message}: {_WHEN_FORM}", ("<=",), "bad-when"
+        elif expected:
             message += f": expected {_words(expected)}"
-        return UcutSyntaxError([Diagnostic(message, pos, code="syntax")], e.get_context(text))
+        return UcutSyntaxError([Diagnostic(message, pos, valid, code=code)], e.get_context(text))
 
     assert isinstance(e, (UnexpectedToken, UnexpectedEOF))
     tok: Token = e.token
@@ -617,6 +643,10 @@ def _syntax_error(e: UnexpectedInput, text: str, file: str) -> UcutSyntaxError:
         else:
             message = (f"expected '=' (a setting: {prev} = value) or ':' (a declaration: {prev} : bf16[M, N]) "
                        f"after {str(prev)!r}, found {_found(tok)}")
+    elif any(isinstance(t, Token) and t.type == "WHEN" for t in stack[-3:]):  # when M = 64, when 64 <= M
+        message = f"found {_found(tok)}: {_WHEN_FORM}"
+        valid = ("<=",) if "LE" in expected else ("M", "N", "K") if "NAME" in expected else valid
+        code = "bad-when"
     elif tok.type == "LSQB":
         message = "unexpected '[': dims follow the dtype of a declaration, as in a : bf16[M, K] (declarations " \
                   "use ':', settings use '=')"
@@ -674,10 +704,11 @@ class _Lowering:
                 self.error("duplicate-kernel", f"kernel {k.name!r} is defined twice (first at line "
                            f"{seen[k.name].line})", k.name_pos)
             seen.setdefault(k.name, k.name_pos)
-            kernel = self.kernel(k)
-            if kernel is not None:
-                lowered.append(kernel)
-        return Program(tuple(lowered), source=source, file=self.file)
+            lowered.append(self.kernel(k))
+        if any(k.when is not None for k in kernels):  # a dispatch (`when M <= 64`): checked in its own module
+            from .dispatch import lower_dispatch
+            lowered = lower_dispatch(self, kernels, lowered)
+        return Program(tuple(k for k in lowered if k is not None), source=source, file=self.file)
 
     def kernel(self, k: _Kernel) -> GemmKernel | None:
         errors_before = len(self.diags)

@@ -161,18 +161,7 @@ class GroupedCompiledKernel(CompiledKernel):
 
         n_ptrs = len(self.abi.ptr_names)
         tensors = values[:n_ptrs]
-        try:
-            key = tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors if type(t) is torch.Tensor)
-        except AttributeError:
-            key = None
-        plan = self._plans.get(key) if key is not None and len(key) == n_ptrs else None
-        if plan is None:
-            plan = self._plan(values)
-            if key is not None and len(key) == n_ptrs:
-                if len(self._plans) > 256:
-                    self._plans.clear()
-                self._plans[key] = plan
-        device, ext, nbytes, (m, n, kk, g) = plan
+        device, ext, nbytes, (m, n, kk, g) = self._cached_plan(values)
         if m == 0 or n == 0 or g == 0:
             return
         addresses = [t.data_ptr() for t in tensors]

@@ -440,6 +440,9 @@ ALIGNMENTS = (8, 4, 2, 1)
 #: compiled code, so configurations that differ only in them share one build.
 RUNTIME_SETTINGS = ("split_k", "raster", "swizzle")
 RUNTIME_DEFAULTS = {"split_k": 1, "raster": RasterOrder.auto, "swizzle": 1}
+#: The name every GEMM is compiled under (:meth:`GemmKernel.build_config`): a kernel's name changes nothing in
+#: its binary, so the same configuration under two names is one build.
+BUILD_NAME = "kernel"
 
 
 @dataclass(frozen=True)
@@ -484,6 +487,10 @@ class GemmKernel:
     # scale factors of a and b (FP8 per-tensor or blockwise, sm100 block-scaled), see Scale
     scale_a: Scale | None = None
     scale_b: Scale | None = None
+    #: ``when M <= 64`` as ``("M", 64)``: the calls this kernel serves in a dispatch (:meth:`Program.dispatch`);
+    #: None for the fallback and for a kernel alone. Not compared: which calls a kernel serves changes neither its
+    #: code nor :meth:`digest` (the build cache key and the kernel cache see the same kernel).
+    when: tuple[str, int] | None = field(default=None, compare=False)
 
     family = "gemm"
 
@@ -576,8 +583,9 @@ class GemmKernel:
         return "_".join(parts)
 
     def build_config(self) -> "GemmKernel":
-        """This kernel with the run-time settings at their defaults: what the compiled code depends on."""
-        return dataclasses.replace(self, **RUNTIME_DEFAULTS)
+        """This kernel with the run-time settings at their defaults and the name :data:`BUILD_NAME`: what the
+        compiled code depends on (the kernels of a dispatch, renamed copies of tuned ones, share their builds)."""
+        return dataclasses.replace(self, name=BUILD_NAME, **RUNTIME_DEFAULTS)
 
     def digest(self) -> str:
         """Stable sha256 of the semantic fields (positions excluded)."""
@@ -666,6 +674,18 @@ class Program:
             if k.name == name:
                 return k
         raise KeyError(f"no kernel {name!r} in {self.file}; kernels: {[k.name for k in self.kernels]}")
+
+    def dispatch(self) -> tuple[Kernel, ...]:
+        """The kernels of a dispatch in the order a call tries them, or () when no kernel has ``when``.
+
+        A program in which a kernel has ``when MODE <= NUMBER`` is one solution: each call runs the first kernel
+        whose condition holds for the call's (M, N, K), the last kernel (no ``when``) every other call
+        (:func:`ucutlass.dispatch.pick`). The lowering checked that every kernel is a gemm binding the same
+        tensors, that only the last lacks ``when`` and that each can run (:mod:`ucutlass.dispatch`).
+        """
+        if not any(getattr(k, "when", None) for k in self.kernels):
+            return ()
+        return self.kernels
 
     def choices(self) -> dict[str, Choice]:
         """All open choices, keyed ``kernel.setting`` (e.g. ``up_proj.tile``)."""

@@ -384,12 +384,10 @@ class CompiledKernel:
         nbytes = int(self._lib.ucut_workspace_size(ext, self._knobs)) if m and n else 0
         return device, ext, nbytes, (m, n, kk)
 
-    def call(self, values: Sequence[Any]) -> None:
-        """Launch with arguments in ABI order (:attr:`abi`: pointers, then scalars) on the current stream.
-
-        The first call with a given set of shapes, strides, dtypes and devices checks everything; later
-        calls with the same set only re-check pointer alignment (a small GEMM runs in microseconds,
-        so the host path must stay short).
+    def _cached_plan(self, values: Sequence[Any]) -> tuple:
+        """:meth:`_plan` of arguments in ABI order, checked once per set of shapes, strides, dtypes and devices of
+        the tensors and cached (later calls with the same set only re-check pointer alignment: a small GEMM runs in
+        microseconds, so the host path must stay short).
 
         Raises:
             KernelRuntimeError: as :meth:`__call__`.
@@ -397,9 +395,8 @@ class CompiledKernel:
         import torch
 
         n_ptrs = len(self.abi.ptr_names)
-        tensors = values[:n_ptrs]
         try:
-            key = tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors
+            key = tuple((t.shape, t.stride(), t.dtype, t.device) for t in values[:n_ptrs]
                         if type(t) is torch.Tensor)
         except AttributeError:
             key = None
@@ -410,7 +407,33 @@ class CompiledKernel:
                 if len(self._plans) > 256:
                     self._plans.clear()
                 self._plans[key] = plan
-        device, ext, nbytes, (m, n, kk) = plan
+        return plan
+
+    def modes(self, values: Sequence[Any]) -> dict[str, int]:
+        """The GEMM modes ``{"M", "N", "K"}`` of a call with these arguments (ABI order), as its launch computes
+        them (leading dims folded into M; M = 0 for a batched call with no batches); the plan is cached for the
+        call that follows (:func:`ucutlass.dispatch.dispatch_callable` picks a kernel with it).
+
+        Raises:
+            KernelRuntimeError: as :meth:`__call__` (the arguments are checked).
+        """
+        m, n, k = self._cached_plan(values)[3][:3]
+        return {"M": m, "N": n, "K": k}
+
+    def call(self, values: Sequence[Any]) -> None:
+        """Launch with arguments in ABI order (:attr:`abi`: pointers, then scalars) on the current stream.
+
+        The first call with a given set of shapes, strides, dtypes and devices checks everything; later
+        calls with the same set only re-check pointer alignment (:meth:`_cached_plan`).
+
+        Raises:
+            KernelRuntimeError: as :meth:`__call__`.
+        """
+        import torch
+
+        n_ptrs = len(self.abi.ptr_names)
+        tensors = values[:n_ptrs]
+        device, ext, nbytes, (m, n, kk) = self._cached_plan(values)
         if m == 0 or n == 0:
             return
         addresses = [t.data_ptr() for t in tensors]
@@ -459,20 +482,47 @@ def load_solution(payload: Mapping[str, Any], problem: Any):
     """Grader loader for a compiled `.ucut` solution (``SolutionRef.loader = "ucutlass.runtime:load_solution"``).
 
     Args:
-        payload: ``{"so_path": …, "source": <concrete .ucut text>, "file": …, "kernel": name or None}``.
+        payload: one kernel: ``{"so_path": …, "source": <concrete .ucut text>, "file": …, "kernel": name or None}``;
+            a dispatch (:meth:`ucutlass.ir.Program.dispatch`; :func:`ucutlass.dispatch.dispatch_solution` writes it):
+            ``{"so_paths": {kernel name: path, …}, "source": …, "file": …}``, one .so per kernel of the dispatch.
         problem: the :class:`ucutlass.problem.Problem` the program binds to.
 
     Returns:
-        A destination-passing callable ``fn(*inputs, *outputs)`` in the problem's definition order.
+        A destination-passing callable ``fn(*inputs, *outputs)`` in the problem's definition order; for a dispatch,
+        each call runs the kernel whose ``when`` its modes meet (:func:`ucutlass.dispatch.dispatch_callable`).
+
+    Raises:
+        KernelRuntimeError: a kernel built for another GPU, a .so that does not load or is missing from
+            ``so_paths``, or ``so_paths`` for a program that is no dispatch.
     """
     from .bind import bind
     from .dsl import parse
 
     program = parse(payload["source"], payload.get("file", "<solution>"))
-    kernel = program.kernel(payload.get("kernel"))
+    if "so_paths" in payload:
+        kernels = program.dispatch()
+        if not kernels:
+            raise KernelRuntimeError(f"{program.file}: the payload names so_paths, but no kernel has a when "
+                                     "(a dispatch); give one kernel's so_path and kernel instead")
+        missing = [k.name for k in kernels if k.name not in payload["so_paths"]]
+        if missing:
+            raise KernelRuntimeError(f"{program.file}: no .so for kernel(s) {', '.join(missing)} of the dispatch "
+                                     f"(so_paths has {', '.join(payload['so_paths']) or 'none'})")
+    else:
+        kernels = (program.kernel(payload.get("kernel")),)
     import torch
 
     if torch.cuda.is_available():
-        check_device(kernel.target)  # refuse before grading starts (the first call would refuse too)
-    binding = bind(kernel, problem)  # binding.kernel: alignment = auto lowered to what the workloads allow
-    return binding.callable(load_kernel(payload["so_path"], getattr(binding, "kernel", kernel)))
+        for kernel in kernels:
+            check_device(kernel.target)  # refuse before grading starts (the first call would refuse too)
+    runs = []
+    for kernel in kernels:
+        binding = bind(kernel, problem)  # binding.kernel: alignment = auto lowered to what the workloads allow
+        so_path = payload["so_paths"][kernel.name] if "so_paths" in payload else payload["so_path"]
+        runs.append(binding.callable(load_kernel(so_path, getattr(binding, "kernel", kernel))))
+    if "so_paths" not in payload:
+        return runs[0]
+    from .dispatch import dispatch_callable
+
+    # modes from the fallback's plan: every kernel binds the same tensors, so any would give the same ones
+    return dispatch_callable(runs, [k.when for k in kernels], runs[-1].modes)

@@ -1,0 +1,337 @@
+"""Per-shape dispatch: several kernels, one per range of M (or N, K), graded and called as one solution.
+
+One CUTLASS configuration is not the fastest from M = 1 to M = 16384 (cuBLAS, too, picks a kernel per shape).
+A `.ucut` program whose kernels carry ``when`` is a *dispatch*::
+
+    kernel decode : gemm when M <= 64   { … }   # the calls with M ≤ 64
+    kernel mid    : gemm when M <= 1024 { … }   # the other calls with M ≤ 1024
+    kernel large  : gemm { … }                  # the fallback: every other call
+
+Each call runs the first kernel, in file order, whose condition holds for the call's GEMM modes
+(:func:`pick`); the last kernel has no ``when``. The kernels are gemms that bind the same tensors and compute
+the same epilogue: they differ only in settings (tile, cluster, schedule, stages, scheduler, split_k, …).
+
+This module lowers and checks ``when`` (:func:`lower_dispatch`, called by :mod:`ucutlass.dsl`), chooses the
+kernel of a call (:func:`pick`, :func:`dispatch_callable`), writes a dispatch program from tuned kernels
+(:func:`render_dispatch`) and describes one for the grader (:func:`dispatch_solution`) and ``check``
+(:func:`describe`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from .ir import Choice, EpilogueOutput, GemmKernel, Operand, Pos, expr_to_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .dsl import _Kernel, _Lowering
+    from .grader import SolutionRef
+
+#: The modes a ``when`` may name: the GEMM extents of a call.
+MODES = ("M", "N", "K")
+#: The grader loader of compiled `.ucut` solutions (a single kernel or a dispatch).
+LOADER = "ucutlass.runtime:load_solution"
+
+
+# --- lowering ------------------------------------------------------------------------------------------
+
+def lower_dispatch(low: "_Lowering", asts: Sequence["_Kernel"], kernels: Sequence[GemmKernel | None]
+                   ) -> list[GemmKernel | None]:
+    """Check the ``when`` conditions of a program and set :attr:`GemmKernel.when` on its kernels.
+
+    Args:
+        low: the lowering, which collects the diagnostics (codes ``bad-when``, ``dispatch-order``,
+            ``dispatch-mismatch``).
+        asts: the program's kernels as parsed, in file order (some with ``when``).
+        kernels: their lowered kernels, None where a kernel did not lower (its errors say why).
+
+    Returns:
+        ``kernels`` with ``when`` set (and its position in ``setting_pos["when"]``).
+    """
+    whens: list[tuple[str, int] | None] = []
+    for k in asts:
+        w, ok = k.when, True
+        if w is None:
+            whens.append(None)
+            continue
+        if k.family != "gemm":
+            low.error("bad-when", f"only gemm kernels take when; kernel {k.name} is {_a(k.family)} (a dispatch "
+                      "chooses among gemm kernels)", w.pos)
+            ok = False
+        if w.mode not in MODES:
+            from .dsl import _did_you_mean
+
+            hint = f"; did you mean {w.mode.upper()!r}?" if w.mode.upper() in MODES else _did_you_mean(w.mode, MODES)
+            low.error("bad-when", f"when {w.mode} <= {w.bound}: {w.mode!r} is not a GEMM mode{hint}", w.mode_pos,
+                      MODES)
+            ok = False
+        if not (w.bound.isdigit() and int(w.bound) > 0):
+            low.error("bad-when", f"when {w.mode} <= {w.bound}: the bound is a whole number ≥ 1 (the largest "
+                      f"{w.mode} this kernel serves)", w.bound_pos, ("64", "1024"))
+            ok = False
+        whens.append((w.mode, int(w.bound)) if ok else None)
+    _check_order(low, asts, whens)
+    _check_shared(low, asts, kernels)
+    out = list(kernels)
+    for i, (k, when) in enumerate(zip(asts, whens)):
+        if out[i] is not None and when is not None:
+            out[i] = dataclasses.replace(out[i], when=when,  # type: ignore[arg-type]
+                                         setting_pos={**out[i].setting_pos, "when": k.when.pos})
+    return out
+
+
+def _check_order(low: "_Lowering", asts: Sequence["_Kernel"], whens: Sequence[tuple[str, int] | None]) -> None:
+    """Only the last kernel lacks ``when`` (it serves the calls no condition takes), and every kernel can run:
+    a bound on a mode is larger than every earlier bound on that mode."""
+    last = asts[-1]
+    if last.when is not None:
+        low.error("dispatch-order", f"the last kernel of a dispatch, {last.name}, has a when: a call with "
+                  f"{last.when.mode} > {last.when.bound} would find no kernel; drop its when to make it the "
+                  "fallback", last.when.pos)
+    for i, k in enumerate(asts[:-1]):
+        if k.when is None:
+            later = ", ".join(x.name for x in asts[i + 1:])
+            low.error("dispatch-order", f"kernel {k.name} has no when, so it serves every call and the kernels after "
+                      f"it ({later}) can never run; only the last kernel of a dispatch (the fallback) has no when",
+                      k.name_pos)
+    widest: dict[str, tuple[int, "_Kernel"]] = {}  # mode -> the largest earlier bound and its kernel
+    for k, when in zip(asts, whens):
+        if when is None:
+            continue
+        mode, bound = when
+        if mode in widest and bound <= widest[mode][0]:
+            first, other = widest[mode]
+            low.error("dispatch-order", f"kernel {k.name} can never run: every call with {mode} <= {bound} goes to "
+                      f"kernel {other.name} (when {mode} <= {first}, line {other.name_pos.line}), which is tried "
+                      f"first; bounds on one mode increase along the file", k.when.pos)  # type: ignore[union-attr]
+        else:
+            widest[mode] = (bound, k)
+
+
+def _check_shared(low: "_Lowering", asts: Sequence["_Kernel"], kernels: Sequence[GemmKernel | None]) -> None:
+    """Every kernel of a dispatch is a gemm binding the same tensors with the same declarations and computing the
+    same epilogue as the first one; only settings differ."""
+    first: tuple[GemmKernel, dict[str, tuple[Any, str, Pos]]] | None = None
+    for k, kernel in zip(asts, kernels):
+        if k.family != "gemm":
+            if k.when is None:  # with a when, bad-when said so
+                low.error("dispatch-mismatch", f"every kernel of a dispatch is a gemm; kernel {k.name} is "
+                          f"{_a(k.family)}", k.family_pos, ("gemm",))
+            continue
+        if kernel is None:
+            continue  # did not lower: its own errors say why
+        parts = _shared_parts(kernel)
+        if first is None:
+            first = (kernel, parts)
+            continue
+        base, base_parts = first
+        for key in dict.fromkeys([*base_parts, *parts]):
+            mine, theirs = parts.get(key), base_parts.get(key)
+            if mine is not None and theirs is not None and mine[0] == theirs[0]:
+                continue
+            verb = "computes" if key == "d =" else "declares"
+            here = f"{verb} {mine[1]}" if mine else f"has no {key}"
+            there = f"{verb} {theirs[1]}" if theirs else f"has no {key}"
+            low.error("dispatch-mismatch", f"kernel {kernel.name} {here}, but kernel {base.name} {there}: the kernels "
+                      "of a dispatch bind the same tensors and compute the same epilogue; only settings differ",
+                      mine[2] if mine else kernel.pos)
+            break  # one difference per kernel is enough to act on
+
+
+def _a(family: str) -> str:
+    return f"{'an' if family[0] in 'aeiou' else 'a'} {family}"
+
+
+def _shared_parts(kernel: GemmKernel) -> dict[str, tuple[Any, str, Pos]]:
+    """What the kernels of a dispatch share, by name: (IR value, its `.ucut` text, its position) of each operand,
+    scale, epilogue input and output, and of the epilogue's ``d = …`` statement."""
+    parts: dict[str, tuple[Any, str, Pos]] = {}
+    for x in (*kernel.operands, *kernel.scales, *kernel.epilogue_inputs, *kernel.epilogue_outputs):
+        parts[x.name] = (x, _declaration(x), x.pos)
+    epilogue = kernel.epilogue
+    parts["d ="] = (epilogue, f"d = {expr_to_text(epilogue)}", getattr(epilogue, "pos", kernel.pos))
+    return parts
+
+
+def _declaration(x: Any) -> str:
+    """``b : bf16[N, K] row <- w`` for an operand, scale, epilogue input or output (outputs with their statement)."""
+    def spell(v: Any) -> str:
+        if isinstance(v, Choice):
+            return "{" + ", ".join(v.spellings) + "}"
+        return str(getattr(v, "value", v))
+
+    dims = (*getattr(x, "batch", ()), *x.dims)
+    text = f"{x.name} : {spell(x.dtype)}" + (f"[{', '.join(dims)}] {spell(x.layout)}" if dims else "")
+    output = isinstance(x, EpilogueOutput) or (isinstance(x, Operand) and x.name == "d")
+    if x.binding:
+        view = f"[{', '.join(x.slice)}]" if getattr(x, "slice", ()) else ""
+        text += f" {'->' if output else '<-'} {x.binding}{view}"
+    elif getattr(x, "value", None) is not None and not isinstance(x, EpilogueOutput):
+        text += f" = {x.value}"
+    if isinstance(x, EpilogueOutput):
+        value = expr_to_text(x.value)
+        text += f" ({x.name} = " + (f"{x.reduce}_{'n' if x.dims == ('M',) else 'm'}({value}))" if x.reduce
+                                    else f"{value})")
+    return text
+
+
+# --- choosing the kernel of a call ------------------------------------------------------------------------
+
+def pick(kernels_when: Sequence[tuple[str, int] | None], modes: Mapping[str, int]) -> int:
+    """Index of the kernel that serves a call: the first whose ``when`` holds (``modes[mode] <= bound``) or has none.
+
+    Args:
+        kernels_when: each kernel's :attr:`~ucutlass.ir.GemmKernel.when`, in dispatch order, e.g.
+            ``[("M", 64), ("M", 1024), None]``.
+        modes: the call's GEMM modes, ``{"M": 300, "N": 4096, "K": 4096}`` (other keys are ignored).
+
+    Raises:
+        ValueError: no condition holds and every kernel has one (a lowered dispatch always ends with a fallback).
+        KeyError: a ``when`` names a mode that ``modes`` lacks.
+    """
+    for i, when in enumerate(kernels_when):
+        if when is None or modes[when[0]] <= when[1]:
+            return i
+    raise ValueError(f"no kernel serves {dict(modes)}: every kernel has a when and none holds (the last kernel of a "
+                     "dispatch has no when)")
+
+
+def dispatch_callable(runs: Sequence[Callable[..., None]], whens: Sequence[tuple[str, int] | None],
+                      modes_of: Callable[..., Mapping[str, int]]) -> Callable[..., None]:
+    """One destination-passing callable ``fn(*inputs, *outputs)`` over the kernels of a dispatch.
+
+    Each call runs ``runs[pick(whens, modes_of(*args))](*args)``. The choice is cached per tuple of the
+    arguments' shapes (``None`` for an argument without one, a scalar), since the modes follow from the shapes:
+    a repeated shape costs one dict lookup on the host path (a small GEMM runs in microseconds).
+
+    Args:
+        runs: one destination-passing callable per kernel, in dispatch order (:meth:`ucutlass.bind.Binding.callable`).
+        whens: each kernel's ``when``, in the same order; the last is None (the fallback).
+        modes_of: the GEMM modes ``{"M", "N", "K"}`` of a call's arguments (``run.modes`` of a bound kernel).
+
+    Returns:
+        ``fn``, with ``fn.runs`` and ``fn.whens`` as given and ``fn.choose(*args)``: the index of the kernel a call
+        with these arguments runs.
+
+    Raises:
+        ValueError: ``runs`` and ``whens`` differ in length or are empty.
+    """
+    runs, whens = tuple(runs), tuple(whens)
+    if not runs or len(runs) != len(whens):
+        raise ValueError(f"a dispatch needs one when per kernel: {len(runs)} runs, {len(whens)} whens")
+    chosen: dict[tuple, Callable[..., None]] = {}
+
+    def choose(*args: Any) -> int:
+        return pick(whens, modes_of(*args))
+
+    def fn(*args: Any) -> None:
+        key = tuple(getattr(a, "shape", None) for a in args)
+        run = chosen.get(key)
+        if run is None:
+            run = runs[choose(*args)]
+            if len(chosen) > 256:  # shapes without end (a sweep): keep the table small
+                chosen.clear()
+            chosen[key] = run
+        run(*args)
+
+    fn.__name__ = "dispatch_" + "_".join(getattr(r, "__name__", "run") for r in runs)
+    fn.runs, fn.whens, fn.choose = runs, whens, choose  # type: ignore[attr-defined]
+    return fn
+
+
+# --- reports and recipes -----------------------------------------------------------------------------------
+
+def describe(kernels: Sequence[GemmKernel], extents: Sequence[Mapping[str, int]] | None = None) -> str:
+    """``dispatch on M: decode (M ≤ 64), mid (M ≤ 1024), large`` (``dispatch: …`` when the kernels name several
+    modes); with ``extents`` (one per workload) each kernel also says how many workloads it serves."""
+    whens = [k.when for k in kernels]
+    modes = sorted({w[0] for w in whens if w})
+    served = Counter(pick(whens, e) for e in extents) if extents is not None else None
+    parts = []
+    for i, k in enumerate(kernels):
+        notes = [f"{k.when[0]} ≤ {k.when[1]}"] if k.when else []
+        if served is not None:
+            notes.append(f"{served[i]} workload{'' if served[i] == 1 else 's'}")
+        parts.append(f"{k.name} ({'; '.join(notes)})" if notes else k.name)
+    return f"dispatch{' on ' + modes[0] if len(modes) == 1 else ''}: {', '.join(parts)}"
+
+
+def dispatch_solution(so_paths: Mapping[str, str | Path], source: str, file: str, name: str) -> "SolutionRef":
+    """A grader recipe for a compiled dispatch: every kernel's shared object, graded as one solution.
+
+    Args:
+        so_paths: ``{kernel name: path of its .so}`` for every kernel of :meth:`~ucutlass.ir.Program.dispatch`,
+            each built from the kernel as bound to the problem (:attr:`ucutlass.bind.Binding.kernel`).
+        source: the concrete `.ucut` text of the dispatch program; ``file``: its name in messages.
+        name: the solution's name in records and tables.
+
+    Returns:
+        A :class:`ucutlass.grader.SolutionRef` with loader ``ucutlass.runtime:load_solution`` and payload
+        ``{"so_paths": {name: path, …}, "source": …, "file": …}`` (destination passing).
+    """
+    from .grader import SolutionRef
+
+    return SolutionRef(name=name, loader=LOADER, destination_passing=True,
+                       payload={"so_paths": {k: str(p) for k, p in so_paths.items()}, "source": source, "file": file})
+
+
+# --- writing a dispatch program ----------------------------------------------------------------------------
+
+_HEADER = re.compile(r"^[ \t]*kernel\s+[A-Za-z_]\w*\s*:\s*([A-Za-z_]\w*)\s*(?:when\s+\w+\s*<=\s*[\w.]+\s*)?\{", re.M)
+
+
+def kernel_block(source: str, name: str) -> str:
+    """The text of kernel ``name``'s block in a program's ``source``, from ``kernel`` to its closing ``}``.
+
+    Raises:
+        UcutSyntaxError: ``source`` does not parse. KeyError: it has no kernel ``name``.
+    """
+    from .dsl import parse
+
+    kernel = parse(source).kernel(name)
+    start = source.rfind("kernel", 0, kernel.pos.start)
+    depth, i = 0, source.index("{", kernel.pos.end)
+    while True:
+        c = source[i]
+        if c == "#":  # a comment runs to the end of its line and may hold braces
+            i = source.find("\n", i)
+        elif c in "{}":
+            depth += 1 if c == "{" else -1
+            if depth == 0:
+                return source[start:i + 1]
+        i += 1
+
+
+def render_dispatch(blocks: Sequence[tuple[str, str, tuple[str, int] | None]]) -> str:
+    """The text of a dispatch program made of concrete kernels (what the tuner writes as best.ucut).
+
+    Args:
+        blocks: per kernel, in dispatch order: (the `.ucut` text of its block, as :func:`kernel_block` cuts it,
+            the kernel's new name, its ``when`` such as ``("M", 64)``, or None for the last one).
+
+    Returns:
+        The blocks with their headers rewritten to ``kernel NAME : gemm when M <= 64 {``, one blank line apart.
+
+    Raises:
+        ValueError: a block without a kernel header, or with several.
+        UcutSyntaxError: the result is not a valid dispatch (bounds not increasing, a fallback before the last, …).
+    """
+    from .dsl import parse
+
+    texts = []
+    for block, name, when in blocks:
+        headers = list(_HEADER.finditer(block))
+        if len(headers) != 1:
+            raise ValueError(f"the block for {name} holds {len(headers)} kernel headers (kernel NAME : FAMILY {{); "
+                             "give one kernel per block")
+        header = headers[0]
+        cond = f" when {when[0]} <= {when[1]}" if when else ""
+        texts.append(f"{block[:header.start()]}kernel {name} : {header.group(1)}{cond} {{{block[header.end():]}"
+                     .strip("\n"))
+    text = "\n\n".join(texts) + "\n"
+    parse(text, "<dispatch>")
+    return text
