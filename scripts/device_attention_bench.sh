@@ -13,6 +13,8 @@ if [ "${TUNE:-0}" = 1 ]; then
       --out /tmp/tune/attn --jobs "${JOBS:-16}" --batch "${BATCH:-16}" --trials "${TRIALS:-12}" ) \
     > "$OUT/attention_tune.log" 2>&1
   tr '\r' '\n' < "$OUT/attention_tune.log" | grep -v '%|' | tail -25
+  mkdir -p "$OUT/tune" && cp /tmp/tune/attn/*.ucut /tmp/tune/attn/*.txt /tmp/tune/attn/*.json /tmp/tune/attn/*.csv \
+    "$OUT/tune/" 2>/dev/null
   best=$(ls /tmp/tune/attn/*.ucut 2>/dev/null | head -1)
   [ -n "$best" ] && args+=(--tuned "$best")
 elif [ -n "${TUNED_UCUT:-}" ]; then

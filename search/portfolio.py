@@ -53,11 +53,11 @@ def _log_total(times: Times, chosen: Sequence[Config], workloads: Sequence[str])
     return total
 
 
-def choose(times: Times, workloads: Sequence[str], first: Config, max_configs: int, min_gain: float = 0.02
+def choose(times: Times, workloads: Sequence[str], first: Config, max_configs: int, min_gain: float = 0.05
            ) -> list[Config]:
     """Greedy forward selection: start from ``first`` (the single best, which serves every workload) and add the
     configuration that lowers the geomean time over ``workloads`` most, while it lowers it by at least
-    ``min_gain`` (a fraction: 0.02 = 2 %) and fewer than ``max_configs`` are chosen.
+    ``min_gain`` (a fraction: 0.05 = 5 %) and fewer than ``max_configs`` are chosen.
 
     Raises:
         ValueError: ``first`` has no time on some workload (it must serve them all).
@@ -79,12 +79,14 @@ def choose(times: Times, workloads: Sequence[str], first: Config, max_configs: i
     return chosen
 
 
-def ranges(times: Times, chosen: Sequence[Config], mode_of: Mapping[str, int], min_gain: float = 0.02
-           ) -> list[Range]:
+def ranges(times: Times, chosen: Sequence[Config], mode_of: Mapping[str, int], min_gain: float = 0.05,
+           max_ranges: int | None = None) -> list[Range]:
     """``when MODE <= upper`` ranges over the workloads sorted by their mode (``mode_of[workload]``), each served
     by the fastest of ``chosen`` there. Neighbouring ranges are merged while merging costs less than ``min_gain`` of
-    the geomean time of the workloads the merged range covers; the last range has ``upper`` None (the fallback).
-    Workloads with the same mode go to one range (the configuration fastest over all of them)."""
+    the geomean time of the workloads the merged range covers, then (cheapest merge first) while there are more
+    than ``max_ranges``: small-M times are noisy, and a range per noise bump would fit the noise. The last range
+    has ``upper`` None (the fallback). Workloads with the same mode go to one range (the configuration fastest over
+    all of them)."""
     by_mode: dict[int, list[str]] = {}
     for w, m in mode_of.items():
         by_mode.setdefault(m, []).append(w)
@@ -115,7 +117,8 @@ def ranges(times: Times, chosen: Sequence[Config], mode_of: Mapping[str, int], m
             loss = (merged_cost - cost(runs[i][0], runs[i][1]) - cost(runs[i + 1][0], runs[i + 1][1])) / len(ws)
             if loss < best_loss:
                 best_i, best_loss, best_cfg = i, loss, c
-        if best_i is not None and best_loss < math.log1p(min_gain):
+        too_many = max_ranges is not None and len(runs) > max_ranges
+        if best_i is not None and (best_loss < math.log1p(min_gain) or too_many):
             i = best_i
             runs[i:i + 2] = [(best_cfg, runs[i][1] + runs[i + 1][1], runs[i + 1][2])]
             merged = True

@@ -131,7 +131,7 @@ class TuneConfig:
     seed: int = 0
     time_limit_s: float | None = None
     dispatch: int = 3
-    dispatch_gain: float = 0.02
+    dispatch_gain: float = 0.05
     dispatch_workloads: int = 12
 
 
@@ -643,7 +643,7 @@ class Tuner:
             times[k] = {o.workload.uuid: o.latency_ms for o in self._measure_checked(cands[k], sample) if o.ok}
         uuids = [w.uuid for w in sample]
         chosen = choose(times, uuids, best_key, cfg.dispatch, cfg.dispatch_gain)
-        rngs = ranges(times, chosen, {u: mode_of[u] for u in uuids}, cfg.dispatch_gain)
+        rngs = ranges(times, chosen, {u: mode_of[u] for u in uuids}, cfg.dispatch_gain, max_ranges=cfg.dispatch)
         if len(rngs) == 1:
             return None  # one configuration serves every workload best: the single best stays
         base = best.kernel.name

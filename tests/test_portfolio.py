@@ -40,6 +40,17 @@ def test_choose_adds_what_shortens_the_geomean_and_stops_at_the_cap():
     assert choose(TIMES, W, "middle", max_configs=1) == ["middle"]
 
 
+def test_ranges_never_outnumber_max_ranges():
+    """Noise at small M: winners that alternate A, B, A, B, … make one range per bump unless capped."""
+    modes = {f"w{i}": i + 1 for i in range(8)}
+    times = {"A": {w: (1.0 if i % 2 == 0 else 1.3) for i, w in enumerate(modes)},
+             "B": {w: (1.3 if i % 2 == 0 else 1.0) for i, w in enumerate(modes)}}
+    assert len(ranges(times, ["A", "B"], modes, min_gain=0.0)) == 8
+    capped = ranges(times, ["A", "B"], modes, min_gain=0.0, max_ranges=3)
+    assert len(capped) <= 3 and capped[-1].upper is None
+    assert [r.upper for r in capped[:-1]] == sorted(r.upper for r in capped[:-1])
+
+
 def test_choose_skips_additions_below_the_minimum_gain():
     near = {"a": {"x": 10.0, "y": 10.0}, "b": {"x": 9.95, "y": 10.0}}  # 0.25 % on the geomean
     assert choose(near, ["x", "y"], "a", max_configs=4, min_gain=0.02) == ["a"]
@@ -61,6 +72,7 @@ def test_ranges_merge_a_range_that_gains_less_than_min_gain():
     times = {"a": {"m1": 10.0, "m8": 10.0, "m64": 10.0}, "b": {"m1": 11.0, "m8": 9.99, "m64": 11.0}}
     modes = {"m1": 1, "m8": 8, "m64": 64}
     assert ranges(times, ["a", "b"], modes) == [Range("a", None)]  # b's 0.1 % at M=8 is not worth a range
+    assert len(ranges(times, ["a", "b"], modes, min_gain=0.0, max_ranges=2)) <= 2
     assert ranges(times, ["a", "b"], modes, min_gain=0.0) == [Range("a", 1), Range("b", 8), Range("a", None)]
 
 

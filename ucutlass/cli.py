@@ -463,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sampler", default="auto", choices=["auto", "tpe", "random", "brute"])
     p.add_argument("--dispatch", type=int, default=3, metavar="N",
                    help="at most N kernels in best.ucut, one per range of M, when they beat the single best by "
-                        "2%% or more on the geomean (a GEMM; default 3; 1: one kernel)")
+                        "5%% or more on the geomean (a GEMM; default 3; 1: one kernel)")
     p.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop searching after this long "
                    "(the best found is still verified on every workload)")
     p.add_argument("--seed", type=int, default=0)
