@@ -175,13 +175,17 @@ def apply_variant(inputs: Mapping[str, Any], variant: str, seed: int, routing: S
 # --- unlisted shapes -----------------------------------------------------------------------------------
 
 _STEPS = (1, -1, 2, -2, 3, -3, 5, 7, -5, 11)
+#: The largest unit an unlisted shape moves by (32 elements: 16 bytes of the narrowest type, 4-bit).
+MAX_UNIT = 32
 
 
 def unlisted_workload(problem, workload):
     """A copy of ``workload`` with one var axis moved to a value no listed workload has, or None.
 
-    The axis with the largest value moves by the first of +1, −1, +2, … that gives a positive value and
-    a combination of var axes that no workload of the problem lists.
+    The axis with the largest value moves by the first of +1, −1, +2, … units that gives a positive value and a
+    combination of var axes that no workload of the problem lists. The unit is the greatest common divisor of the
+    axis's listed values (at most :data:`MAX_UNIT`): when every workload has a sequence length that is a multiple
+    of 8, the problem promises no other, and a kernel that needs it (16-byte TMA rows) is not failed for it.
     """
     from ucutlass.problem import Workload
 
@@ -190,8 +194,10 @@ def unlisted_workload(problem, workload):
         return None
     listed = {tuple(sorted((k, int(v)) for k, v in w.axes.items())) for w in problem.workloads}
     axis = max(var, key=lambda n: (int(workload.axes[n]), -var.index(n)))
+    unit = math.gcd(*[int(w.axes[axis]) for w in problem.workloads if axis in w.axes])
+    unit = unit if 0 < unit <= MAX_UNIT else 1
     for step in _STEPS:
-        value = int(workload.axes[axis]) + step
+        value = int(workload.axes[axis]) + step * unit
         if value < 1:
             continue
         axes = {**workload.axes, axis: value}

@@ -90,6 +90,20 @@ def test_unlisted_workload_moves_a_var_axis_off_the_list(gemm_problem):
     assert unlisted_workload(gemm_problem, gemm_problem.workloads[0]).axes["M"] == 2  # M=1 → 2
 
 
+def test_unlisted_workload_keeps_the_common_divisor_of_the_listed_values():
+    """Every listed sequence length of the attention problem is a multiple of 8 (an sm90 FMHA needs it): the
+    unlisted one is too, so the check tests hard-coding, not a promise the problem never made."""
+    from ucutlass.problem import find_problem
+
+    attn = find_problem("gqa_attention_llama3_1_8b")
+    assert math.gcd(*[w.axes["seq_len"] for w in attn.workloads]) == 8
+    for w in attn.workloads:
+        u = unlisted_workload(attn, w)
+        assert u.axes["seq_len"] % 8 == 0 and u.axes["seq_len"] != w.axes["seq_len"]
+    first = next(w for w in attn.workloads if w.axes == {"batch_size": 1, "seq_len": 128})
+    assert unlisted_workload(attn, first).axes["seq_len"] == 136
+
+
 def test_rescale_factor_alternates_bands_and_rescale_is_reproducible():
     fs = [rescale_factor(11, 2, k) for k in range(20)]
     assert all(0.8 <= f <= 0.95 for f in fs[0::2]) and all(1.05 <= f <= 1.25 for f in fs[1::2])
