@@ -231,8 +231,8 @@ def test_fresh_worker_gives_each_solution_a_new_process(gemm_problem):
 # --- the unlisted-shape trial --------------------------------------------------------------------------
 
 def test_unlisted_shape_is_skipped_where_the_problem_cannot_make_it(tmp_path):
-    """A problem whose inputs exist only for even M: the unlisted M=5 is skipped, not held against the
-    candidate; with the trial off, nothing is recorded."""
+    """A problem whose inputs exist only for M=4: the unlisted M=8 (4 + the listed values' common divisor, 4) is
+    skipped, not held against the candidate; with the trial off, nothing is recorded."""
     import shutil
 
     from grader_helpers import DATA
@@ -243,7 +243,7 @@ def test_unlisted_shape_is_skipped_where_the_problem_cannot_make_it(tmp_path):
     shutil.copytree(DATA / "gemm_bias", folder)
     d = json.loads((folder / "definition.json").read_text())
     d["custom_inputs_entrypoint"] = "get_inputs"
-    d["reference"] += ("\n\ndef get_inputs(axes, device):\n    assert axes['M'] % 2 == 0, 'even M only'\n"
+    d["reference"] += ("\n\ndef get_inputs(axes, device):\n    assert axes['M'] == 4, 'M=4 only'\n"
                        "    return {'A': torch.randn(axes['M'], 32, device=device),\n"
                        "            'B': torch.randn(48, 32, device=device), 'bias': torch.randn(48, device=device)}\n")
     (folder / "definition.json").write_text(json.dumps(d))
@@ -254,7 +254,7 @@ def test_unlisted_shape_is_skipped_where_the_problem_cannot_make_it(tmp_path):
         (r,) = g.grade(solution("gemm_honest"), timed=False)
         assert r.status is Status.PASSED, r.log
         unlisted = r.checks["unlisted_shape"]
-        assert unlisted["workload"] == "M=5" and "even M only" in unlisted["skipped"]
+        assert unlisted["workload"] == "M=8" and "M=4 only" in unlisted["skipped"]
     with Grader(problem, device="cpu", unlisted_shapes=False, **FAST) as g:
         (r,) = g.grade(solution("gemm_honest"), timed=False)
         assert r.status is Status.PASSED and "unlisted_shape" not in r.checks
