@@ -6,7 +6,7 @@ already has. After the search, :func:`contenders` takes, for each tuned workload
 on it; the tuner times those on every workload; :func:`choose` then keeps the few that shorten the geomean time the
 most (greedy forward selection, each addition must gain at least ``min_gain``), and :func:`ranges` turns the
 per-workload winners into ``when M <= bound`` ranges, merging a range into a neighbour when that costs less than
-``min_gain``. The result is written as a `.ucut` dispatch (``kernel … when M <= 64 { … }``, docs/DSL.md).
+``min_gain``, with each bound at the geometric mean of the two measured modes it separates. The result is written as a `.ucut` dispatch (``kernel … when M <= 64 { … }``, docs/DSL.md).
 
 Times are in ms, keyed ``times[config][workload]``; a missing entry means the configuration failed or was not
 measured on that workload (it can never serve it).
@@ -84,8 +84,9 @@ def ranges(times: Times, chosen: Sequence[Config], mode_of: Mapping[str, int], m
     """``when MODE <= upper`` ranges over the workloads sorted by their mode (``mode_of[workload]``), each served
     by the fastest of ``chosen`` there. Neighbouring ranges are merged while merging costs less than ``min_gain`` of
     the geomean time of the workloads the merged range covers, then (cheapest merge first) while there are more
-    than ``max_ranges``: small-M times are noisy, and a range per noise bump would fit the noise. The last range
-    has ``upper`` None (the fallback). Workloads with the same mode go to one range (the configuration fastest over
+    than ``max_ranges``: small-M times are noisy, and a range per noise bump would fit the noise. A range's
+    ``upper`` is the geometric mean (rounded down) of its largest mode and the next range's smallest; the last
+    range has ``upper`` None (the fallback). Workloads with the same mode go to one range (the configuration fastest over
     all of them)."""
     by_mode: dict[int, list[str]] = {}
     for w, m in mode_of.items():
@@ -129,7 +130,11 @@ def ranges(times: Times, chosen: Sequence[Config], mode_of: Mapping[str, int], m
                     runs[j:j + 2] = [(runs[j][0], runs[j][1] + runs[j + 1][1], runs[j + 1][2])]
                 else:
                     j += 1
-    return [Range(c, None if i == len(runs) - 1 else top) for i, (c, _, top) in enumerate(runs)]
+    # A bound between two measured modes is a guess either way: take their geometric mean, so that an unmeasured
+    # M = 952 between a decode range ending at 492 and a prefill range starting at 8828 goes to the nearer one.
+    bottoms = [min(mode_of[w] for w in ws) for _, ws, _ in runs]
+    return [Range(c, None if i == len(runs) - 1 else max(top, math.isqrt(top * bottoms[i + 1])))
+            for i, (c, _, top) in enumerate(runs)]
 
 
 def assigned(rngs: Sequence[Range], mode: int) -> Config:

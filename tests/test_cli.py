@@ -183,3 +183,21 @@ def test_grade_ucut_without_gpu_says_so(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     rc, _, err = run(capsys, "grade", str(SPEC), "o_proj_residual_llama3_1_8b")
     assert rc == 2 and "CUDA GPU" in err
+
+
+def test_tune_and_compile_name_the_kernels_of_a_file_with_several(capsys, tmp_path):
+    """A dispatch is what tune writes: given one as a spec, tune says to name a kernel; a misspelt --kernel is
+    refused by name in both commands (it used to end in a traceback, or in silence with exit 0)."""
+    from test_dispatch import DISPATCH  # tests/ is on sys.path
+
+    spec = tmp_path / "dispatch.ucut"
+    spec.write_text(DISPATCH)
+    rc, _, err = run(capsys, "tune", "o_proj_residual_llama3_1_8b", "--spec", str(spec), "--dry-run")
+    assert rc == 1 and "Traceback" not in err
+    assert "is a dispatch (kernels with when), which tune writes as best.ucut" in err
+    assert "--kernel (decode, mid, large)" in err
+    rc, _, err = run(capsys, "tune", "o_proj_residual_llama3_1_8b", "--spec", str(spec), "--kernel", "mdi",
+                     "--dry-run")
+    assert rc == 1 and "--kernel mdi" in err and "did you mean 'mid'?" in err
+    rc, out, err = run(capsys, "compile", str(spec), "--kernel", "nope", "--emit-only")
+    assert rc == 1 and "has no such kernel" in err and "kernels: decode, mid, large" in err

@@ -84,10 +84,11 @@ def test_when_changes_neither_the_digest_nor_the_rendered_code():
     assert render(decode, "d.ucut") == render(alone, "d.ucut")  # the build cache key hashes this text
 
 
-def test_dispatch_kernels_may_differ_in_modes_and_in_every_setting():
-    text = DISPATCH.replace("when M <= 1024", "when N <= 256").replace("scheduler = stream_k", "split_k = 1 "
-                                                                         "raster = along_n swizzle = 2 stages = 3")
-    assert [k.when for k in dsl.parse(text).dispatch()] == [("M", 64), ("N", 256), None]
+def test_dispatch_kernels_may_differ_in_every_setting():
+    text = DISPATCH.replace("scheduler = stream_k", "split_k = 1 raster = along_n swizzle = 2 stages = 3")
+    assert [k.when for k in dsl.parse(text).dispatch()] == [("M", 64), ("M", 1024), None]
+    n_only = DISPATCH.replace("when M <= 64", "when N <= 256").replace("when M <= 1024", "when N <= 1024")
+    assert [k.when for k in dsl.parse(n_only).dispatch()] == [("N", 256), ("N", 1024), None]
 
 
 def test_when_is_a_keyword_only_in_a_kernel_header():
@@ -114,8 +115,12 @@ def test_when_is_a_keyword_only_in_a_kernel_header():
     ("when M <= 1024", "when M <= 32", "dispatch-order", 7, 19, "kernel mid can never run"),
     ("kernel mid : gemm when M <= 1024", "kernel mid : gemm", "dispatch-order", 7, 8,
      "kernel mid has no when, so it serves every call and the kernels after it (large) can never run"),
-    ("kernel large : gemm", "kernel large : gemm when K <= 8192", "dispatch-order", 13, 21,
-     "the last kernel of a dispatch, large, has a when: a call with K > 8192 would find no kernel"),
+    ("kernel large : gemm", "kernel large : gemm when M <= 8192", "dispatch-order", 13, 21,
+     "the last kernel of a dispatch, large, has a when: a call with M > 8192 would find no kernel"),
+    ("when M <= 1024", "when N <= 1024", "dispatch-order", 7, 19,
+     "kernel mid splits on N, but kernel decode splits on M: a dispatch splits one mode into ranges"),
+    ("tile = 128x128x64   schedule = cooperative", "target = sm100   tile = 128x128x64",
+     "dispatch-mismatch", 10, 12, "kernel mid has target = sm100, but kernel decode has target = sm90"),
     ("<- o_proj_weight\n  c : bf16[M, N] row <- residual   d : bf16[M, N] row -> output\n  tile = 128x128x64",
      "<- w2\n  c : bf16[M, N] row <- residual   d : bf16[M, N] row -> output\n  tile = 128x128x64",
      "dispatch-mismatch", 8, 39, "kernel mid declares b : bf16[N, K] row <- w2, but kernel decode declares b : "
@@ -125,7 +130,7 @@ def test_when_is_a_keyword_only_in_a_kernel_header():
      "dispatch-mismatch", 17, 18, "kernel large computes d = (acc - c), but kernel decode computes d = (acc + c)"),
     ("cluster = 2x1x1   schedule = cooperative\n  epilogue { d = acc + c }",
      "cluster = 2x1x1   schedule = cooperative\n  epilogue { s : f32[M] <- s   d = acc * s + c }",
-     "dispatch-mismatch", 17, 36, "the kernels of a dispatch bind the same tensors and compute the same epilogue"),
+     "dispatch-mismatch", 17, 36, "the kernels of a dispatch bind the same tensors, compute the same epilogue and have one target"),
 ])
 def test_dispatch_errors_say_where_and_why(old, new, code, line, col, message):
     assert old in DISPATCH
@@ -187,8 +192,6 @@ def test_describe_names_the_chain_and_the_workloads_each_kernel_serves():
     extents = [{"M": m} for m in (1, 8, 64, 65, 4096)]
     assert describe(chain, extents) == ("dispatch on M: decode (M ≤ 64; 3 workloads), mid (M ≤ 1024; 1 workload), "
                                         "large (1 workload)")
-    mixed = dsl.parse(DISPATCH.replace("when M <= 1024", "when N <= 256")).dispatch()
-    assert describe(mixed) == "dispatch: decode (M ≤ 64), mid (N ≤ 256), large"
 
 
 # --- writing a dispatch program ------------------------------------------------------------------------------

@@ -64,8 +64,8 @@ def test_choose_needs_a_first_config_that_serves_every_workload():
 
 def test_ranges_follow_the_winners_by_m_and_end_with_a_fallback():
     rngs = ranges(TIMES, ["middle", "decode", "prefill"], M)
-    assert rngs == [Range("decode", 64), Range("prefill", None)]
-    assert [assigned(rngs, m) for m in (1, 64, 65, 10**6)] == ["decode", "decode", "prefill", "prefill"]
+    assert rngs == [Range("decode", 256), Range("prefill", None)]  # 256 = √(64 · 1024): between the measured M
+    assert [assigned(rngs, m) for m in (1, 64, 256, 257, 10**6)] == ["decode"] * 3 + ["prefill"] * 2
 
 
 def test_ranges_merge_a_range_that_gains_less_than_min_gain():
@@ -73,7 +73,7 @@ def test_ranges_merge_a_range_that_gains_less_than_min_gain():
     modes = {"m1": 1, "m8": 8, "m64": 64}
     assert ranges(times, ["a", "b"], modes) == [Range("a", None)]  # b's 0.1 % at M=8 is not worth a range
     assert len(ranges(times, ["a", "b"], modes, min_gain=0.0, max_ranges=2)) <= 2
-    assert ranges(times, ["a", "b"], modes, min_gain=0.0) == [Range("a", 1), Range("b", 8), Range("a", None)]
+    assert ranges(times, ["a", "b"], modes, min_gain=0.0) == [Range("a", 2), Range("b", 22), Range("a", None)]
 
 
 def test_ranges_put_equal_modes_together():

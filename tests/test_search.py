@@ -149,25 +149,25 @@ def test_dispatch_when_small_and_large_m_want_different_kernels(tune_plan, tmp_p
     result = make_tuner(tune_plan, FakeBuild(), measure, config=_brute()).run()
     d = result.dispatch
     assert d is not None
-    assert [k["when"] for k in d.kernels] == ["M <= 64", None]  # the largest decode M of the workloads is 64
-    assert d.kernels[0]["params"]["tile"] == "64x128x64" and d.kernels[0]["kernel"] == "qkv_proj_m64"
+    assert [k["when"] for k in d.kernels] == ["M <= 252", None]  # √(64 · 1000): between decode's and prefill's M
+    assert d.kernels[0]["params"]["tile"] == "64x128x64" and d.kernels[0]["kernel"] == "qkv_proj_m252"
     assert d.kernels[1]["params"]["tile"] == "128x256x64" and d.kernels[1]["kernel"] == "qkv_proj"
-    assert measure.dispatches == [["qkv_proj_m64", "qkv_proj"]]  # graded once, as one solution
+    assert measure.dispatches == [["qkv_proj_m252", "qkv_proj"]]  # graded once, as one solution
     by_label = {o.workload.label(): o.latency_ms for o in d.outcomes}
     single = {o.workload.label(): o.latency_ms for o in d.single_outcomes}
     assert all(by_label[w] <= single[w] for w in by_label)
     assert by_label["batch_size=1,seq_len=1"] < single["batch_size=1,seq_len=1"]
     paths = write_outputs(result, tmp_path)
     program = parse(paths["best"].read_text())
-    assert [(k.name, k.when) for k in program.dispatch()] == [("qkv_proj_m64", ("M", 64)), ("qkv_proj", None)]
+    assert [(k.name, k.when) for k in program.dispatch()] == [("qkv_proj_m252", ("M", 252)), ("qkv_proj", None)]
     assert [k.tile for k in program.dispatch()] == [(64, 128, 64), (128, 256, 64)]
     doc = json.loads(paths["json"].read_text())
     assert doc["dispatch"]["geomean_speedup"] > doc["dispatch"]["single_best_geomean_speedup"]
     rows = {r["workload"]: r for r in doc["workloads"]}
-    assert rows["batch_size=64,seq_len=1"]["kernel"] == "qkv_proj_m64"
+    assert rows["batch_size=64,seq_len=1"]["kernel"] == "qkv_proj_m252"
     assert rows["batch_size=1,seq_len=1000"]["kernel"] == "qkv_proj"
     table = format_table(result)
-    assert "qkv_proj_m64" in table and "single ms" in table
+    assert "qkv_proj_m252" in table and "single ms" in table
 
 
 def test_no_dispatch_when_one_kernel_wins_everywhere_or_it_is_switched_off(tune_plan):

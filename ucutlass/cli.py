@@ -28,6 +28,25 @@ def _load_program(path: str):
     return parse_file(path)
 
 
+def _require_kernel(program, name: str | None, command: str) -> None:
+    """Refuse ``--kernel NAME`` for a kernel the file lacks, and (for ``tune``) a file of several kernels without
+    one: tune searches one kernel's choices.
+
+    Raises:
+        UcutError: naming the file's kernels (and, for a dispatch, that tune writes those).
+    """
+    names = [k.name for k in program.kernels]
+    if name is not None and name not in names:
+        from .dsl import _did_you_mean
+
+        raise UcutError(f"--kernel {name}: {program.file} has no such kernel{_did_you_mean(name, names)} "
+                        f"(kernels: {', '.join(names)})")
+    if command == "tune" and name is None and len(names) > 1:
+        what = ("is a dispatch (kernels with when), which tune writes as best.ucut; tune searches the choices of "
+                "one kernel" if program.dispatch() else f"has {len(names)} kernels; tune searches one kernel's choices")
+        raise UcutError(f"{program.file} {what}: name it with --kernel ({', '.join(names)})")
+
+
 def _picks(program, pick_args: Sequence[str], kernel: str | None = None):
     """Apply ``--pick KEY=VALUE`` (KEY as ``tile`` or ``kernel.tile``; a plain KEY is of ``kernel`` when given)."""
     if not pick_args:
@@ -145,7 +164,9 @@ def cmd_compile(args) -> int:
 
     from .dsl import check
 
-    program = _picks(_load_program(args.file), args.pick, args.kernel)
+    program = _load_program(args.file)
+    _require_kernel(program, args.kernel, "compile")
+    program = _picks(program, args.pick, args.kernel)
     kernels, sources, rule_errors, open_errors = [], [], [], []
     for kernel in program.kernels:
         if args.kernel and kernel.name != args.kernel:
@@ -343,6 +364,7 @@ def cmd_tune(args) -> int:
         raise UcutError(f"problem {problem.id} ships no kernel.ucut: write a spec and pass --spec FILE "
                         "(see docs/DSL.md and the kernel.ucut of a shipped problem)")
     program = _load_program(str(spec))
+    _require_kernel(program, args.kernel, "tune")
     config = TuneConfig(trials=args.trials, epsilon=args.epsilon, patience=args.patience, batch=args.batch,
                         max_workloads=args.max_workloads, sampler=args.sampler, seed=args.seed,
                         time_limit_s=args.time_limit, dispatch=args.dispatch)

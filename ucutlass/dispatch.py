@@ -8,8 +8,8 @@ A `.ucut` program whose kernels carry ``when`` is a *dispatch*::
     kernel large  : gemm { … }                  # the fallback: every other call
 
 Each call runs the first kernel, in file order, whose condition holds for the call's GEMM modes
-(:func:`pick`); the last kernel has no ``when``. The kernels are gemms that bind the same tensors and compute
-the same epilogue: they differ only in settings (tile, cluster, schedule, stages, scheduler, split_k, …).
+(:func:`pick`); the last kernel has no ``when``, and every ``when`` names the same mode. The kernels are gemms that
+bind the same tensors, compute the same epilogue and have one target: they differ only in settings (tile, cluster, schedule, stages, scheduler, split_k, …).
 
 This module lowers and checks ``when`` (:func:`lower_dispatch`, called by :mod:`ucutlass.dsl`), chooses the
 kernel of a call (:func:`pick`, :func:`dispatch_callable`), writes a dispatch program from tuned kernels
@@ -98,6 +98,13 @@ def _check_order(low: "_Lowering", asts: Sequence["_Kernel"], whens: Sequence[tu
             low.error("dispatch-order", f"kernel {k.name} has no when, so it serves every call and the kernels after "
                       f"it ({later}) can never run; only the last kernel of a dispatch (the fallback) has no when",
                       k.name_pos)
+    named = [(k, w) for k, w in zip(asts, whens) if w is not None]
+    for k, when in named[1:]:
+        if when[0] != named[0][1][0]:
+            low.error("dispatch-order", f"kernel {k.name} splits on {when[0]}, but kernel {named[0][0].name} splits on "
+                      f"{named[0][1][0]}: a dispatch splits one mode into ranges", k.when.pos,  # type: ignore[union-attr]
+                      (named[0][1][0],))
+            return
     widest: dict[str, tuple[int, "_Kernel"]] = {}  # mode -> the largest earlier bound and its kernel
     for k, when in zip(asts, whens):
         if when is None:
@@ -133,11 +140,11 @@ def _check_shared(low: "_Lowering", asts: Sequence["_Kernel"], kernels: Sequence
             mine, theirs = parts.get(key), base_parts.get(key)
             if mine is not None and theirs is not None and mine[0] == theirs[0]:
                 continue
-            verb = "computes" if key == "d =" else "declares"
+            verb = {"d =": "computes", "target": "has"}.get(key, "declares")
             here = f"{verb} {mine[1]}" if mine else f"has no {key}"
             there = f"{verb} {theirs[1]}" if theirs else f"has no {key}"
             low.error("dispatch-mismatch", f"kernel {kernel.name} {here}, but kernel {base.name} {there}: the kernels "
-                      "of a dispatch bind the same tensors and compute the same epilogue; only settings differ",
+                      "of a dispatch bind the same tensors, compute the same epilogue and have one target; only settings differ",
                       mine[2] if mine else kernel.pos)
             break  # one difference per kernel is enough to act on
 
@@ -154,6 +161,9 @@ def _shared_parts(kernel: GemmKernel) -> dict[str, tuple[Any, str, Pos]]:
         parts[x.name] = (x, _declaration(x), x.pos)
     epilogue = kernel.epilogue
     parts["d ="] = (epilogue, f"d = {expr_to_text(epilogue)}", getattr(epilogue, "pos", kernel.pos))
+    # one solution runs on one GPU: an sm90 kernel beside an sm100 one could run on neither
+    target = getattr(kernel.target, "value", kernel.target)
+    parts["target"] = (kernel.target, f"target = {target}", kernel.setting_pos.get("target", kernel.pos))
     return parts
 
 
@@ -246,10 +256,10 @@ def dispatch_callable(runs: Sequence[Callable[..., None]], whens: Sequence[tuple
 # --- reports and recipes -----------------------------------------------------------------------------------
 
 def describe(kernels: Sequence[GemmKernel], extents: Sequence[Mapping[str, int]] | None = None) -> str:
-    """``dispatch on M: decode (M ≤ 64), mid (M ≤ 1024), large`` (``dispatch: …`` when the kernels name several
-    modes); with ``extents`` (one per workload) each kernel also says how many workloads it serves."""
+    """``dispatch on M: decode (M ≤ 64), mid (M ≤ 1024), large``; with ``extents`` (one per workload) each kernel
+    also says how many workloads it serves."""
     whens = [k.when for k in kernels]
-    modes = sorted({w[0] for w in whens if w})
+    mode = next(w[0] for w in whens if w)  # a lowered dispatch splits one mode
     served = Counter(pick(whens, e) for e in extents) if extents is not None else None
     parts = []
     for i, k in enumerate(kernels):
@@ -257,7 +267,7 @@ def describe(kernels: Sequence[GemmKernel], extents: Sequence[Mapping[str, int]]
         if served is not None:
             notes.append(f"{served[i]} workload{'' if served[i] == 1 else 's'}")
         parts.append(f"{k.name} ({'; '.join(notes)})" if notes else k.name)
-    return f"dispatch{' on ' + modes[0] if len(modes) == 1 else ''}: {', '.join(parts)}"
+    return f"dispatch on {mode}: {', '.join(parts)}"
 
 
 def dispatch_solution(so_paths: Mapping[str, str | Path], source: str, file: str, name: str) -> "SolutionRef":
