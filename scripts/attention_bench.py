@@ -74,7 +74,7 @@ def default_backend(q, k, v, causal, gqa) -> str:
     try:
         from torch.nn.attention import SDPBackend
 
-        choice = torch._fused_sdp_choice(q, k, v, None, 0.0, causal, None, enable_gqa=gqa)
+        choice = torch._fused_sdp_choice(q, k, v, None, 0.0, causal, scale=None, enable_gqa=gqa)
         return SDPBackend(choice).name
     except Exception as e:  # noqa: BLE001 - report, don't fail the run
         return f"unknown ({type(e).__name__})"
@@ -85,6 +85,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--tuned", help="a concrete .ucut (e.g. tune's best.ucut) to time as 'tuned'")
     ap.add_argument("--build-only", action="store_true", help="only build the fixed variants into the kernel cache")
+    ap.add_argument("--sdpa-only", action="store_true", help="time SDPA alone (and name the backend torch picks)")
     args = ap.parse_args()
     out = Path(args.out)
 
@@ -97,7 +98,9 @@ def main() -> int:
     if args.tuned:
         k = parse_file(args.tuned).kernel()
         kernels.append(("tuned", k.mask == "causal", k))
-    results = build_kernels([k for _, _, k in kernels], timeout_s=900)
+    if args.sdpa_only:
+        kernels = []
+    results = build_kernels([k for _, _, k in kernels], timeout_s=900) if kernels else []
     if args.build_only:
         print(f"{sum(r.ok for r in results)} of {len(results)} variants built")
         return 0 if all(r.ok for r in results) else 1
