@@ -387,3 +387,13 @@ def test_grade_builds_every_kernel_and_grades_the_dispatch_as_one_solution(monke
     assert "so_path" not in ref.payload and ref.payload["source"] == DISPATCH
     one = _solution_for_file(str(path), problem, argparse.Namespace(pick=[], kernel="mid"))
     assert one.payload["kernel"] == "mid" and one.payload["so_path"] == str(tmp_path / "mid.so")
+
+
+def test_when_on_an_attention_kernel_gets_one_error_not_a_cascade():
+    text = ("kernel attn : attention when Sq <= 64 { q : bf16[B, Sq, Hq, 64]   k : bf16[B, Sk, Hkv, 64]   "
+            "v : bf16[B, Sk, Hkv, 64]   o : bf16[B, Sq, Hq, 64] }\n")
+    with pytest.raises(UcutSyntaxError) as info:
+        dsl.parse(text, "t.ucut")
+    codes = [d.code for d in info.value.diagnostics]
+    assert set(codes) == {"bad-when"}, [d.format() for d in info.value.diagnostics]
+    assert any("only gemm kernels take when" in d.message for d in info.value.diagnostics)
