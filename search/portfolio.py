@@ -3,10 +3,11 @@
 One configuration is rarely fastest from M = 1 (a memory-bound GEMV: small tiles, split-K) to M = 16384 (compute
 bound: large tiles, clusters). cuBLAS answers with a heuristic per shape; ``tune`` answers with the measurements it
 already has. After the search, :func:`contenders` takes, for each tuned workload, the configuration that was fastest
-on it; the tuner times those on every workload; :func:`choose` then keeps the few that shorten the geomean time the
-most (greedy forward selection, each addition must gain at least ``min_gain``), and :func:`ranges` turns the
-per-workload winners into ``when M <= bound`` ranges, merging a range into a neighbour when that costs less than
-``min_gain``, with each bound at the geometric mean of the two measured modes it separates. The result is written as a `.ucut` dispatch (``kernel … when M <= 64 { … }``, docs/DSL.md).
+on it; the tuner times those on a sample of workloads spread over M; :func:`choose` then keeps the few that shorten
+the geomean time the most (greedy forward selection, each addition must gain at least ``min_gain``), and
+:func:`ranges` turns the per-workload winners into ``when M <= bound`` ranges, merging a range into a neighbour when
+that costs less than ``min_gain``, with each bound at the geometric mean of the two measured modes it separates.
+The result is written as a `.ucut` dispatch (``kernel … when M <= 64 { … }``, docs/DSL.md).
 
 Times are in ms, keyed ``times[config][workload]``; a missing entry means the configuration failed or was not
 measured on that workload (it can never serve it).

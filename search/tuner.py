@@ -548,7 +548,8 @@ class Tuner:
             self._tell_failed(study, trial, hb, o.status, f"{o.workload.label()}: {o.message}")
             stop.record(None, key)
             self.progress({"event": "trial", "number": trial.number, "state": "FAIL",
-                           "params": cand.params, "reason": f"{o.status} on {o.workload.label()}: {_first_line(o.message)}"})
+                           "params": cand.params,
+                           "reason": f"{o.status} on {o.workload.label()}: {_first_line(o.message)}"})
             return
         value = _objective(outcomes)
         trial.set_user_attr("status", "PASSED")

@@ -8,8 +8,9 @@ A `.ucut` program whose kernels carry ``when`` is a *dispatch*::
     kernel large  : gemm { … }                  # the fallback: every other call
 
 Each call runs the first kernel, in file order, whose condition holds for the call's GEMM modes
-(:func:`pick`); the last kernel has no ``when``, and every ``when`` names the same mode. The kernels are gemms that
-bind the same tensors, compute the same epilogue and have one target: they differ only in settings (tile, cluster, schedule, stages, scheduler, split_k, …).
+(:func:`pick`); the last kernel has no ``when``, and every ``when`` names the same mode. The kernels are gemms
+that bind the same tensors, compute the same epilogue and have one target: they differ only in settings (tile,
+cluster, schedule, stages, scheduler, split_k, …).
 
 This module lowers and checks ``when`` (:func:`lower_dispatch`, called by :mod:`ucutlass.dsl`), chooses the
 kernel of a call (:func:`pick`, :func:`dispatch_callable`), writes a dispatch program from tuned kernels
