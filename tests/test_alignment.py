@@ -193,5 +193,5 @@ def test_batched_and_fallback_kernels_compile_with_nvcc(compiled, name):
     batch_strides = [f"batch_stride_{op.name}" for op in kernel.operands] if kernel.batch else []
     assert loaded.info["extents"] == (["M", "N", "K", "L"] + batch_strides if kernel.batch else ["M", "N", "K"])
     assert loaded.info["extents"] == list(loaded.abi.extents)
-    assert json.loads((result.entry / "meta.json").read_text())["config"] == kernel.config_name()
+    assert json.loads((result.entry / "meta.json").read_text())["config"] == kernel.build_config().config_name()  # ir.BUILD_NAME
     assert hasattr(ctypes.CDLL(str(result.so_path)), "ucut_run")
