@@ -30,7 +30,6 @@ stream)`` with ptrs ``q, k, v, o[, lse]``, no scalars, extents :data:`EXTENTS` a
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 import json
 import math
@@ -38,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import __version__
-from .errors import CheckError, Diagnostic, UcutError
-from .ir import Choice, DType, Layout, Operand, Pos, Schedule, Target, canonical_json
+from .errors import CheckError, UcutError
+from .ir import Choice, DType, Layout, Operand, Pos, Schedule, Target, canonical_json, spell_setting
 
 __all__ = ["AttentionKernel", "ATTENTION_SETTINGS", "ATTENTION_DEFAULTS", "MASKS", "EXTENTS", "AttentionAbi",
            "abi_of", "lower_attention", "template_values", "render", "TEMPLATES", "EXAMPLE_DIRS", "head_ratio"]
@@ -124,17 +123,7 @@ class AttentionKernel:
 
     def config_name(self) -> str:
         """Procedural name, e.g. ``attn_sm90_bf16_bshd_d128_causal_128x128_cooperative_s5_p0``."""
-        def spell(v: Any) -> str:
-            if isinstance(v, Choice):
-                return "{" + "|".join(v.spellings) + "}"
-            if isinstance(v, enum.Enum):
-                return v.value
-            if isinstance(v, tuple):
-                return "x".join(str(x) for x in v)
-            if isinstance(v, bool):
-                return "1" if v else "0"
-            return "auto" if v is None else str(v)
-
+        spell = spell_setting
         parts = [self.name, spell(self.target), spell(self.dtype), self.layout, f"d{self.head_dim}",
                  spell(self.mask), spell(self.tile), spell(self.schedule), "s" + spell(self.stages),
                  "p" + spell(self.persistent)]
@@ -390,15 +379,9 @@ def template_values(kernel: AttentionKernel, source_file: str = "<string>") -> d
         CheckError: open choices remain, or an arch rule is broken.
     """
     from . import arch
+    from .codegen import require_renderable
 
-    if not kernel.is_concrete():
-        open_ = ", ".join(sorted(kernel.choices()))
-        raise CheckError([Diagnostic(f"kernel {kernel.name!r} still has open choices ({open_}); pick values "
-                                     "(ucutlass tune does, or ucutlass compile --pick KEY=VALUE) before compiling",
-                                     kernel.pos, code="open-choices")])
-    problems = [d for d in arch.check_kernel(kernel) if d.severity == "error"]
-    if problems:
-        raise CheckError(problems)
+    require_renderable(kernel)
     rules = arch.rules_for(kernel)
     schedule = rules.resolve_schedule(kernel)
     persistent = rules.resolve_persistent(kernel)

@@ -110,12 +110,10 @@ class Abi:
     knobs: tuple[str, ...] = ir.RUNTIME_SETTINGS
 
 
-def abi_of(kernel: GemmKernel) -> Abi:
-    """The ABI of ``kernel``'s generated entry point."""
-    if kernel.family == "grouped_gemm":  # a, b, d, epilogue inputs, the group operand; extents M, N, K, G
-        from .grouped import grouped_abi
-        return grouped_abi(kernel)
-    ptrs = [op.name for op in kernel.operands]
+def epilogue_args(kernel: GemmKernel) -> tuple[list[str], list[str]]:
+    """The epilogue inputs' entry-point arguments, in declaration order: (tensor inputs, passed as pointers;
+    scalars read from the problem, passed as doubles). Literal scalars are compiled in and pass nothing."""
+    ptrs: list[str] = []
     scalars: list[str] = []
     for inp in kernel.epilogue_inputs:
         if inp.kind is EpilogueInputKind.scalar:
@@ -123,6 +121,16 @@ def abi_of(kernel: GemmKernel) -> Abi:
                 scalars.append(inp.name)
         else:
             ptrs.append(inp.name)
+    return ptrs, scalars
+
+
+def abi_of(kernel: GemmKernel) -> Abi:
+    """The ABI of ``kernel``'s generated entry point."""
+    if kernel.family == "grouped_gemm":  # a, b, d, epilogue inputs, the group operand; extents M, N, K, G
+        from .grouped import grouped_abi
+        return grouped_abi(kernel)
+    inputs, scalars = epilogue_args(kernel)
+    ptrs = [op.name for op in kernel.operands] + inputs
     ptrs += [out.name for out in kernel.epilogue_outputs]
     ptrs += [s.name for s in kernel.scales]
     extents = ("M", "N", "K")
@@ -286,11 +294,11 @@ def _describe(op: ir.Operand) -> str:
     return f"{op.dtype.value}[{', '.join(op.dims)}] {op.layout.value}"
 
 
-def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
-    """The flat dict of values one render of a GEMM template takes (useful for tests and tools).
+def require_renderable(kernel) -> None:
+    """What every render (GEMM, grouped, attention) needs: a concrete kernel that breaks no rule of its target.
 
     Raises:
-        CheckError: the kernel still has open choices or breaks a rule of its target.
+        CheckError: open choices remain (``open-choices``), or the arch rules' errors.
     """
     if not kernel.is_concrete():
         open_ = ", ".join(sorted(kernel.choices()))
@@ -300,6 +308,15 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
     problems = [d for d in arch.check_kernel(kernel) if d.severity == "error"]
     if problems:
         raise CheckError(problems)
+
+
+def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
+    """The flat dict of values one render of a GEMM template takes (useful for tests and tools).
+
+    Raises:
+        CheckError: the kernel still has open choices or breaks a rule of its target.
+    """
+    require_renderable(kernel)
     shown = kernel  # the header comment names the kernel as written; the code and ucut_info use build_config
     kernel = kernel.build_config()  # run-time settings are arguments, not code: one build serves them all
     schedule = arch.resolve_schedule(kernel)

@@ -240,17 +240,10 @@ def _epilogue(lw: "_Lowering", epi: Any) -> tuple[tuple[ir.EpilogueInput, ...], 
 def grouped_abi(kernel: GroupedGemmKernel):
     """The :class:`ucutlass.codegen.Abi` of a grouped kernel's ``ucut_run``: pointers a, b, d, the epilogue's tensor
     inputs, then the group operand; extents M (all rows), N, K, G."""
-    from .codegen import Abi
+    from .codegen import Abi, epilogue_args
 
-    ptrs = [op.name for op in kernel.operands]
-    scalars = []
-    for inp in kernel.epilogue_inputs:
-        if inp.kind is EpilogueInputKind.scalar:
-            if inp.value is None:
-                scalars.append(inp.name)
-        else:
-            ptrs.append(inp.name)
-    ptrs.append(kernel.groups.name)
+    inputs, scalars = epilogue_args(kernel)
+    ptrs = [op.name for op in kernel.operands] + inputs + [kernel.groups.name]
     return Abi(tuple(ptrs), tuple(scalars), extents=("M", "N", "K", "G"))
 
 

@@ -445,6 +445,20 @@ RUNTIME_DEFAULTS = {"split_k": 1, "raster": RasterOrder.auto, "swizzle": 1}
 BUILD_NAME = "kernel"
 
 
+def spell_setting(v: Any) -> str:
+    """A setting's value as it appears in a procedural kernel name: ``{a|b}`` for an open choice, the enum's
+    spelling, ``128x128x64`` for a shape, ``1``/``0`` for a flag, ``auto`` for None."""
+    if isinstance(v, Choice):
+        return "{" + "|".join(v.spellings) + "}"
+    if isinstance(v, enum.Enum):
+        return v.value
+    if isinstance(v, tuple):
+        return "x".join(str(x) for x in v)
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return "auto" if v is None else str(v)
+
+
 @dataclass(frozen=True)
 class GemmKernel:
     """One GEMM kernel: D = epilogue(A·B [, C, extra inputs]).
@@ -558,15 +572,7 @@ class GemmKernel:
     def config_name(self) -> str:
         """CUTLASS-style procedural name derived from the fields, e.g.
         ``up_proj_sm90_bf16_bf16_bf16_f32_128x256x64_2x1x1_cooperative_persistent_sauto``."""
-        def spell(v: Any) -> str:
-            if isinstance(v, Choice):
-                return "{" + "|".join(v.spellings) + "}"
-            if isinstance(v, enum.Enum):
-                return v.value
-            if isinstance(v, tuple):
-                return "x".join(str(x) for x in v)
-            return "auto" if v is None else str(v)
-
+        spell = spell_setting
         parts = [self.name, spell(self.target)]
         parts += [spell(op.dtype) + ("t" if op.layout is Layout.col else "") for op in self.operands]
         parts += [spell(self.accum), spell(self.tile), spell(self.cluster), spell(self.schedule),
