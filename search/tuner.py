@@ -17,7 +17,7 @@ round, so the stop rules hold for the study as a whole. Across workers:
 
 - a configuration is measured once: after ``ask()`` a worker stamps the trial (``worker``, ``claimed``)
   and gives it up as a duplicate when the study already has that configuration measured, or running
-  under an earlier claim (TPE's ``constant_liar`` keeps proposals apart in the first place; the
+  under another claim that wins (TPE's ``constant_liar`` keeps proposals apart in the first place; the
   exhaustive search pops Optuna's queue, which hands each queued trial to one worker);
 - a batch is sized to the worker's share of what is left, and a worker with nothing left to ask waits
   while other workers still measure (a trial of a worker that dies comes back to the queue);
@@ -98,6 +98,9 @@ BuildFn = Callable[[Sequence[Candidate]], Sequence[BuildResult]]
 
 #: Proposals asked per wanted candidate before giving up on the sampler finding a new legal one.
 MAX_FREE_ASKS = 64
+#: Longest wait for a higher-numbered claim on the same configuration to be decided (its worker died).
+CLAIM_WAIT_S = 30.0
+CLAIM_POLL_S = 0.05
 
 
 @dataclass
@@ -503,22 +506,33 @@ class Tuner:
             self._tell(study, trial, hb, value)  # the sampler learns the known value
 
     def _claim(self, study: optuna.Study, trial: optuna.Trial, key) -> FrozenTrial | None:
-        """Stamp ``trial`` as claimed now, then look at the study: the trial that already has this
-        configuration (measured, or running under an earlier claim), or None when it is ours to build.
+        """Stamp ``trial`` as claimed, then look at the study: the trial that already has this
+        configuration (measured, claimed under a lower number, or claimed under a higher number and
+        decided to build it), or None when it is ours to build.
 
         Claims are written before they are read, so of two workers that propose the same configuration
-        at once at least one sees the other's claim, and the earlier claim wins."""
-        claimed = time.time()
-        trial.set_user_attr("claimed", claimed)
-        for t in study.get_trials(deepcopy=False):
-            if t.number == trial.number or is_duplicate(t) or params_key(trial_params(t)) != key:
-                continue
-            if is_measured(t):
-                return t
-            if (t.state is TrialState.RUNNING and "claimed" in t.user_attrs
-                    and (t.user_attrs["claimed"], t.number) < (claimed, trial.number)):
-                return t
-        return None
+        at once at least one sees the other's claim. A worker that sees a lower-numbered claim gives
+        way at once; one that sees only higher-numbered claims waits until their workers have decided
+        (built: ``config`` is set; given up: ``duplicate``), since such a worker may not have seen this
+        claim. Waits go from lower to higher numbers only, so they cannot form a cycle; a worker that
+        dies while undecided is waited for at most ``CLAIM_WAIT_S``. (Clock stamps cannot order claims:
+        a stamp taken before a write that is delayed says nothing about when the write is seen.)"""
+        trial.set_user_attr("claimed", time.time())
+        deadline = time.monotonic() + CLAIM_WAIT_S
+        while True:
+            undecided = False
+            for t in study.get_trials(deepcopy=False):
+                if t.number == trial.number or is_duplicate(t) or params_key(trial_params(t)) != key:
+                    continue
+                if is_measured(t):
+                    return t
+                if t.state is TrialState.RUNNING and "claimed" in t.user_attrs:
+                    if t.number < trial.number or "config" in t.user_attrs:
+                        return t
+                    undecided = True
+            if not undecided or time.monotonic() > deadline:
+                return None
+            time.sleep(CLAIM_POLL_S)
 
     def _run_batch(self, study, batch, workloads, hb: Heartbeat, stop: StopRule) -> None:
         builds = self.build([c for _, c in batch])
