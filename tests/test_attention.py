@@ -6,6 +6,7 @@ CPU only, except the test marked ``nvcc`` (a real compile of one sm90 and one sm
 from __future__ import annotations
 
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -304,6 +305,15 @@ def test_generated_sm90_and_sm100_attention_kernels_compile(tmp_path_factory):
         assert r.ok, f"{k.config_name()}: {r.error}\n{r.log[-3000:]}"
         assert "--use_fast_math" in r.meta["command"] and r.meta["family"] == "attention"
         assert r.so_path.stat().st_size > 0
+        # CUTLASS's FMHA adapters keep an `initialized` flag in a function-local static; with STB_GNU_UNIQUE
+        # binding two loaded .so's holding the same kernel type would share it (and the second skip its setup).
+        assert _unique_symbols(r.so_path) == [], f"{k.config_name()}: process-wide symbols"
+
+
+def _unique_symbols(so) -> list[str]:
+    """Dynamic symbols of ``so`` bound STB_GNU_UNIQUE (one per process, even across RTLD_LOCAL libraries)."""
+    out = subprocess.run(["readelf", "--dyn-syms", "-W", str(so)], capture_output=True, text=True, check=True)
+    return [line.split()[-1] for line in out.stdout.splitlines() if " UNIQUE " in line]
 
 
 def test_tuner_picks_the_fastest_attention_config():

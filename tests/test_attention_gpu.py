@@ -170,3 +170,23 @@ def test_ragged_sq_is_refused_by_name(kernels):
     with pytest.raises(KernelRuntimeError, match="Sq = 77 is not a multiple of 8.*pad the sequence to 80"):
         kernels["full_pingpong"](q=q, k=k, v=v, o=o)
     assert o.isnan().all()
+
+
+def test_two_builds_of_one_kernel_type_run_in_one_process(kernel_cache):
+    """Two .so files holding the same CUTLASS kernel type (they differ only in how the softmax scale is spelled)
+    and the fixture's causal_lse (the same type again) run in one process. CUTLASS's device adapter keeps its
+    `initialized` flag in a function-local static; bound STB_GNU_UNIQUE it was one per process, so the later
+    .so's never set their shared-memory attribute and failed every launch (status 307, Error Internal)."""
+    settings = "mask = causal   tile = 128x128   schedule = cooperative"
+    scale = 1 / math.sqrt(128)
+    pair = build_and_load([parse(_kernel("auto_scale", "bf16", "bshd", 128, "Hkv", settings, False)).kernel(),
+                           parse(_kernel("literal_scale", "bf16", "bshd", 128, "Hkv", f"{settings}   scale = {scale!r}",
+                                         False)).kernel()], kernel_cache)
+    assert pair["auto_scale"].so_path != pair["literal_scale"].so_path
+    q, k, v = _tensors(torch.bfloat16, "bshd", 2, 256, 256, 8, 2, 128)
+    ref, _ = _reference(q, k, v, "bshd", True, None)
+    for name, kern in pair.items():
+        o = torch.full_like(q, float("nan"))
+        kern(q=q, k=k, v=v, o=o)
+        torch.cuda.synchronize()
+        assert (o.float() - ref).abs().max().item() < 0.05, name

@@ -3,7 +3,7 @@
 One kernel per translation unit, compiled to a shared object that links cudart statically (no torch
 headers, no -lcuda). Flags from shared/reference/cutlass/README.md (known to work with CUTLASS 4.2 and
 nvcc 13.0): ``-std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -Xcompiler -fPIC -shared`` and the
-``a`` targets (``sm_90a``: with plain sm_90 the wgmma path compiles to a trap).
+``a`` targets, plus ``-Xcompiler -fno-gnu-unique`` (below, at BASE_FLAGS) (``sm_90a``: with plain sm_90 the wgmma path compiles to a trap).
 
 Cache key: sha256 over the rendered source (less its provenance comment), the flags without machine-specific
 paths, the nvcc version, the host compiler version, the CUTLASS version and the target. Entries live under
@@ -35,7 +35,12 @@ ENV_CACHE_DIR = "UCUTLASS_CACHE_DIR"
 DEFAULT_TIMEOUT_S = 600.0
 
 GENCODE = {"sm90": "arch=compute_90a,code=sm_90a", "sm100": "arch=compute_100a,code=sm_100a"}
-BASE_FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC", "-shared")
+# -fno-gnu-unique: g++ gives function-local statics of inline functions (CUTLASS's device adapters keep an
+# `initialized` flag so) STB_GNU_UNIQUE binding, which the dynamic loader makes one per process even across
+# RTLD_LOCAL libraries: a second .so holding the same kernel type then skipped setting its shared-memory
+# attribute and every launch failed (status 307, "Error Internal").
+BASE_FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC",
+              "-Xcompiler", "-fno-gnu-unique", "-shared")
 
 
 def cache_dir() -> Path:
