@@ -53,7 +53,7 @@ class TunePlan:
     binding: object
     space: SearchSpace
     legal: list
-    rejected: dict  # first violation message -> count
+    rejected: dict  # first violation message (or the same-kernel note) -> count
     tuned: list
     source_file: str
 
@@ -65,7 +65,8 @@ class TunePlan:
                  f"legal under the {k.target.value if not isinstance(k.target, Choice) else 'target'} rules: "
                  f"{len(self.legal)}"]
         if self.rejected:
-            lines.append("rejected (counted by the first rule each combination breaks):")
+            lines.append("set aside (counted by the first rule each combination breaks, or as a second spelling "
+                         "of one kernel):")
         for msg, n in sorted(self.rejected.items(), key=lambda kv: -kv[1]):
             lines.append(f"  {n}×: {msg}")
         lines.append(f"tuned on {len(self.tuned)} representative workloads (the best is verified on all):")
@@ -105,6 +106,11 @@ def plan(problem, program, *, kernel: str | None = None, source_file: str = "<sp
     if not legal:
         reasons = "; ".join(f"{m} ({n}×)" for m, n in rejected.items())
         raise UcutError(f"no legal configuration in the space of {k.name}: {reasons}")
+    kernels = space.legal_params()  # one combination per kernel
+    if len(kernels) < len(legal):
+        rejected["the same kernel as a combination listed before it (an auto setting resolves to it)"] = \
+            len(legal) - len(kernels)
+        legal = kernels
     return TunePlan(problem, program, binding, space, legal, rejected,
                     representative_workloads(binding, max_workloads), source_file)
 

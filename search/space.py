@@ -8,6 +8,7 @@ Optuna's distributions expect). Legality is decided before any compile by
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -87,9 +88,28 @@ class SearchSpace:
         for combo in itertools.product(*(self.choices[k].spellings for k in keys)):
             yield dict(zip(keys, combo))
 
+    def identity(self, params: Mapping[str, str]) -> str:
+        """Digest of the kernel as its target builds and runs it (:func:`ucutlass.arch.canonical`): equal for
+        combinations that are one kernel spelled two ways."""
+        return arch.canonical(self.concrete(params)).digest()
+
+    @functools.cached_property
+    def _legal_by_identity(self) -> dict[str, dict[str, str]]:
+        by_identity: dict[str, dict[str, str]] = {}
+        for p in self.all_params():
+            if not self.violations(p):
+                by_identity.setdefault(self.identity(p), p)
+        return by_identity
+
     def legal_params(self) -> list[dict[str, str]]:
-        """Every combination that passes the rules."""
-        return [p for p in self.all_params() if not self.violations(p)]
+        """Every combination that passes the rules, one per kernel: of combinations with one :meth:`identity`
+        only the first in declaration order."""
+        return list(self._legal_by_identity.values())
+
+    def representative(self, params: Mapping[str, str]) -> dict[str, str] | None:
+        """The combination of :meth:`legal_params` that is the same kernel as ``params`` (``params`` itself when
+        it is listed there), or None when ``params`` breaks a rule."""
+        return self._legal_by_identity.get(self.identity(params))
 
 
 def params_key(params: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

@@ -486,6 +486,11 @@ class Tuner:
                 self.progress({"event": "pruned", "number": trial.number, "params": params,
                                "reason": violations[0].message})
                 continue
+            same = self.space.representative(params)
+            if same is not None and params_key(same) != key:  # one kernel spelled two ways: measure it once
+                self._tell_duplicate(study, trial, hb, known.get(params_key(same)),
+                                     f"the same kernel as {', '.join(f'{k} = {v}' for k, v in same.items())}")
+                continue
             other = self._claim(study, trial, key)
             if other is not None:
                 value = other.value if other.state is TrialState.COMPLETE else None

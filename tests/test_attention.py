@@ -316,8 +316,26 @@ def _unique_symbols(so) -> list[str]:
     return [line.split()[-1] for line in out.stdout.splitlines() if " UNIQUE " in line]
 
 
-def test_tuner_picks_the_fastest_attention_config():
-    """The tuner runs on an attention kernel like on a GEMM (fake builder and measurer: no nvcc, no GPU)."""
+def test_one_kernel_spelled_two_ways_is_one_configuration():
+    """sm90 pingpong is persistent whether ``persistent`` says auto or true: one kernel, listed once; cooperative
+    with auto (not persistent) and true are two."""
+    from ucutlass.search import plan
+
+    p = plan(_problem(), dsl.parse_file(ROOT / "problems" / PROBLEM / "kernel.ucut"), source_file="kernel.ucut")
+    assert p.space.size == 24 and len(p.legal) == 18  # 2 tiles x 3 stages x (coop auto, coop true, pingpong)
+    assert "the same kernel as a combination listed before it" in " ".join(p.rejected)
+    ping = {"tile": "128x64", "schedule": "pingpong", "stages": "3"}
+    assert p.space.identity({**ping, "persistent": "auto"}) == p.space.identity({**ping, "persistent": "true"})
+    assert p.space.representative({**ping, "persistent": "true"}) == {**ping, "persistent": "auto"}
+    coop = {**ping, "schedule": "cooperative"}
+    assert p.space.identity({**coop, "persistent": "auto"}) != p.space.identity({**coop, "persistent": "true"})
+    assert p.space.representative({**coop, "persistent": "true"}) == {**coop, "persistent": "true"}
+
+
+@pytest.mark.parametrize("sampler", ["brute", "tpe"])
+def test_tuner_picks_the_fastest_attention_config(sampler):
+    """The tuner runs on an attention kernel like on a GEMM (fake builder and measurer: no nvcc, no GPU), and
+    measures each kernel once however many spellings of it the sampler proposes."""
     from ucutlass.build import BuildResult
     from ucutlass.search import TuneConfig, Tuner, plan
     from ucutlass.search.tuner import Outcome
@@ -343,10 +361,13 @@ def test_tuner_picks_the_fastest_attention_config():
             return [Outcome(w, "PASSED", latency_ms=t, reference_ms=2.0, t_sol_ms=1.0) for w in workloads]
 
     result = Tuner(p.problem, p.binding, p.space, build=build_fn, measure=Measure(), t_sol_ms=lambda w: 1.0,
-                   config=TuneConfig(batch=4, seed=1, trials=30, epsilon=0.0, patience=100, sampler="brute")).run()
+                   config=TuneConfig(batch=4, seed=1, trials=30, epsilon=0.0, patience=100, sampler=sampler)).run()
     assert result.best.params["tile"] == "128x128" and result.best.params["schedule"] == "cooperative"
     assert result.best.params["stages"] == "4"
     assert result.best_value == pytest.approx(1.2 * 0.9)
+    measured = [p.space.identity(t["params"]) for t in result.trials
+                if t["state"] == "COMPLETE" and not t.get("duplicate")]
+    assert len(measured) == len(set(measured)) == len(p.legal)
 
 
 def test_sm90_needs_sq_a_multiple_of_8():

@@ -2,11 +2,13 @@
 
 :func:`check_kernel` is the one entry point: it picks the rules of the kernel's ``target``
 (:mod:`ucutlass.arch.sm90` for Hopper, :mod:`ucutlass.arch.sm100` for Blackwell). :func:`resolve_schedule`
-and :data:`RULES` do the same for the schedule ``auto`` resolves to and for the rule codes.
+and :data:`RULES` do the same for the schedule ``auto`` resolves to and for the rule codes;
+:func:`canonical` says which spellings of a kernel are the same kernel.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from types import ModuleType
 from typing import Mapping
 
@@ -16,7 +18,7 @@ from . import sm90, sm100
 from . import sm90_attention, sm100_attention
 from . import sm90_grouped, sm100_grouped
 
-__all__ = ["check_kernel", "resolve_schedule", "rules_for", "RULES", "TARGET_RULES"]
+__all__ = ["canonical", "check_kernel", "resolve_schedule", "rules_for", "RULES", "TARGET_RULES"]
 
 #: The rules module of each target.
 TARGET_RULES: dict[Target, ModuleType] = {Target.sm90: sm90, Target.sm100: sm100}
@@ -62,3 +64,16 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
 def resolve_schedule(kernel: GemmKernel) -> Schedule:
     """The schedule the kernel runs on its target (``auto`` resolved by that target's rules)."""
     return rules_for(kernel).resolve_schedule(kernel)
+
+
+def canonical(kernel: GemmKernel) -> GemmKernel:
+    """``kernel`` with the settings its target's rules decide written out as they decide them: for attention,
+    ``schedule`` and ``persistent`` (all the template reads of them is ``resolve_schedule`` and
+    ``resolve_persistent``). Kernels equal after this render the same C++ and run alike, e.g. sm90 attention
+    with ``schedule = pingpong`` and ``persistent = auto`` or ``true`` (88's builder makes pingpong persistent
+    either way), so a search measures one of them. Other families are returned unchanged."""
+    if getattr(kernel, "family", "gemm") != "attention":
+        return kernel
+    rules = rules_for(kernel)
+    return dataclasses.replace(kernel, schedule=rules.resolve_schedule(kernel),
+                               persistent=rules.resolve_persistent(kernel))
