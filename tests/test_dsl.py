@@ -291,6 +291,19 @@ def test_syntax_error_bad_character_has_position_and_context():
     assert info.value.context.splitlines()[1].index("^") == 20
 
 
+def test_every_lowering_error_shows_its_own_line_and_caret():
+    text = ("kernel g : gemm {\n  target = sm90\n  a : bf16[M, K]\n  b : bf16[K, N]\n  d : bf16[M, N]\n"
+            "  tile = 128x128x64\n  schedule = pingpng\n  stages = lots\n}\n")
+    with pytest.raises(UcutSyntaxError) as info:
+        dsl.parse(text, "t.ucut")
+    lines = info.value.format().splitlines()
+    assert [d.pos.line for d in info.value.diagnostics] == [7, 8]
+    assert lines[0].startswith("t.ucut:7:14: error: schedule = pingpng")
+    assert lines[1:3] == ["  schedule = pingpng", " " * 13 + "^"]
+    assert lines[3].startswith("t.ucut:8:12: error: stages = lots")
+    assert lines[4:6] == ["  stages = lots", " " * 11 + "^"]
+
+
 def test_syntax_error_bad_token_says_what_was_expected():
     d = diagnostic(gemm("tile 128x128x64"), "syntax")
     assert (d.pos.line, d.pos.column) == (3, 8)

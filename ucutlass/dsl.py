@@ -44,7 +44,7 @@ from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from . import ir
-from .errors import Diagnostic, UcutSyntaxError
+from .errors import Diagnostic, UcutSyntaxError, excerpt
 from .ir import (Acc, Binary, Cast, Choice, Const, DType, EpilogueInput, EpilogueInputKind, EpilogueOutput, Expr,
                  GemmKernel, RasterOrder,
                  Layout, Operand, Pos, Program, Ref, Schedule, Src, Target, TileScheduler, Unary)
@@ -573,15 +573,6 @@ def _words(names: Sequence[str]) -> str:
     return ", ".join(words[:-1]) + " or " + words[-1]
 
 
-def _context(text: str, pos: Pos) -> str:
-    """The source line at ``pos`` with a caret under the column (as Lark's ``get_context``)."""
-    lines = text.splitlines()
-    if not 1 <= pos.line <= len(lines):
-        return ""
-    line = lines[pos.line - 1]
-    return line + "\n" + " " * len(line[: max(pos.column - 1, 0)].expandtabs()) + "^\n"
-
-
 def _end_pos(text: str, file: str) -> Pos:
     stripped = text.rstrip()
     line = stripped.count("\n") + 1
@@ -652,7 +643,7 @@ def _syntax_error(e: UnexpectedInput, text: str, file: str) -> UcutSyntaxError:
                   "use ':', settings use '=')"
         valid = (":",)
     moved = at_end or pos.start != tok.start_pos  # the diagnostic points at an earlier token
-    context = _context(text, pos) if moved else e.get_context(text)
+    context = excerpt(text, pos) if moved else e.get_context(text)
     return UcutSyntaxError([Diagnostic(message, pos, valid, code=code)], context)
 
 
@@ -1357,12 +1348,12 @@ def parse(text: str, file: str = "<string>") -> Program:
         meta = getattr(e.obj, "meta", None)
         pos = _meta_pos(meta, file) if meta is not None else Pos(file)
         raise UcutSyntaxError([Diagnostic(f"cannot read {e.rule}: {e.orig_exc}", pos, code="syntax")],
-                              _context(text, pos)) from e.orig_exc
+                              excerpt(text, pos)) from e.orig_exc
     lowering = _Lowering(file)
     program = lowering.program(kernels, text)
     if lowering.diags:
         diags = sorted(lowering.diags, key=lambda d: (d.pos.line, d.pos.column))
-        raise UcutSyntaxError(diags, _context(text, diags[0].pos))
+        raise UcutSyntaxError(diags, source=text)
     return program
 
 

@@ -13,6 +13,16 @@ from typing import Iterable, Sequence
 from .ir import Pos
 
 
+def excerpt(text: str, pos: Pos) -> str:
+    """The line of ``text`` at ``pos`` with a caret under the column (as Lark's ``get_context``), or "" when
+    the position is not in the text."""
+    lines = text.splitlines()
+    if not 1 <= pos.line <= len(lines):
+        return ""
+    line = lines[pos.line - 1]
+    return line + "\n" + " " * len(line[: max(pos.column - 1, 0)].expandtabs()) + "^\n"
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     """One finding about a `.ucut` program or a configuration.
@@ -31,12 +41,14 @@ class Diagnostic:
     code: str = "error"
     severity: str = "error"
 
-    def format(self) -> str:
-        """``file:line:col: error: message (valid: …)``."""
+    def format(self, source: str | None = None) -> str:
+        """``file:line:col: error: message (valid: …)``; with ``source`` (the text the position is in), the
+        source line follows with a caret under the column (:func:`excerpt`)."""
         text = f"{self.pos}: {self.severity}: {self.message}"
         if self.valid:
             text += f" (valid: {', '.join(self.valid)})"
-        return text
+        shown = excerpt(source, self.pos) if source else ""
+        return f"{text}\n{shown.rstrip(chr(10))}" if shown else text
 
     def to_json(self) -> dict:
         """Machine-readable form, as printed by ``ucutlass check --json``."""
@@ -56,14 +68,24 @@ class UcutError(Exception):
 
 
 class UcutSyntaxError(UcutError):
-    """A `.ucut` text that does not parse or lower; ``diagnostics`` say where and why."""
+    """A `.ucut` text that does not parse or lower; ``diagnostics`` say where and why.
 
-    def __init__(self, diagnostics: Sequence[Diagnostic], context: str = ""):
+    Args:
+        diagnostics: every problem found, in source order.
+        context: the source line and caret of the one diagnostic (Lark's ``get_context``), printed last.
+        source: the text the diagnostics point into: then each diagnostic is printed with its own line and
+            caret instead (and ``context`` defaults to the first one's).
+    """
+
+    def __init__(self, diagnostics: Sequence[Diagnostic], context: str = "", source: str | None = None):
         self.diagnostics = tuple(diagnostics)
-        self.context = context
+        self.source = source
+        self.context = context or (excerpt(source, self.diagnostics[0].pos) if source and self.diagnostics else "")
         super().__init__(self.format())
 
     def format(self) -> str:
+        if self.source:
+            return "\n".join(d.format(self.source) for d in self.diagnostics) + "\n"
         text = "\n".join(d.format() for d in self.diagnostics)
         return f"{text}\n{self.context}" if self.context else text
 
