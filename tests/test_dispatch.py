@@ -342,6 +342,10 @@ def test_check_reports_the_chain_and_the_workloads_of_each_kernel(capsys, tmp_pa
     assert all(n)
     assert (f"dispatch on M: decode (M ≤ 64; {n[0]} workloads), mid (M ≤ 1024; {n[1]} workload"
             f"{'' if n[1] == 1 else 's'}), large ({n[2]} workloads)") in out
+    total = len(workloads)
+    assert (f"kernel decode binds to {PROBLEM} (serves {n[0]} of the {total} workloads in the dispatch; "
+            f"M from {min(workloads)} to {max(m for m in workloads if m <= 64)},") in out
+    assert f"kernel large binds to {PROBLEM} (serves {n[2]} of the {total} workloads in the dispatch; " in out
     assert main(["check", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["dispatch"] == [{"name": "decode", "when": ["M", 64]}, {"name": "mid", "when": ["M", 1024]},

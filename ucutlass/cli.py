@@ -108,10 +108,14 @@ def cmd_check(args) -> int:
                             "workloads; " + "; ".join(f"{d} in {sorted({e[d] for e in all_ext})}"
                                                       for d in all_ext[0]) + ")")
             else:
-                text.append(f"{args.file}: kernel {kernel.name} binds to {problem.id} "
-                        f"({len(problem.workloads)} workloads; M from {min(e['M'] for e in all_ext)} to "
-                        f"{max(e['M'] for e in all_ext)}, N = {sorted({e['N'] for e in all_ext})}, "
-                        f"K = {sorted({e['K'] for e in all_ext})})")
+                served = _served_in_dispatch(program, kernel, all_ext)  # a dispatch's kernel serves a range of M
+                mine = all_ext if served is None else served
+                count = (f"{len(problem.workloads)} workloads" if served is None else
+                         f"serves {len(served)} of the {len(problem.workloads)} workloads in the dispatch")
+                text.append(f"{args.file}: kernel {kernel.name} binds to {problem.id} ({count}"
+                            + (f"; M from {min(e['M'] for e in mine)} to {max(e['M'] for e in mine)}, "
+                               f"N = {sorted({e['N'] for e in mine})}, K = {sorted({e['K'] for e in mine})}"
+                               if mine else "") + ")")
         else:
             all_ext = [None]
         diags, legal_total, combos = [], 0, 0
@@ -153,6 +157,18 @@ def cmd_check(args) -> int:
     else:
         print("\n".join(text))
     return 0 if report["ok"] else 1
+
+
+def _served_in_dispatch(program, kernel, extents: list[dict]) -> list[dict] | None:
+    """The extents (one per workload) that ``kernel`` runs in its program's dispatch, or None when it is not
+    part of one."""
+    from .dispatch import pick
+
+    chain = program.dispatch()
+    if not chain or kernel.name not in [k.name for k in chain]:
+        return None
+    index = [k.name for k in chain].index(kernel.name)
+    return [e for e in extents if pick([k.when for k in chain], e) == index]
 
 
 # --- compile -------------------------------------------------------------------------------------------
