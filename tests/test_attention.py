@@ -159,10 +159,18 @@ def test_extent_rules():
 
 
 def test_check_counts_legal_combinations_and_names_rules():
-    prog = dsl.parse(attn("tile = {128x128, 128x256, 64x128}   schedule = {cooperative, pingpong}"))
-    note = dsl.check(prog)[-1]
-    assert note.code == "choices" and note.message.startswith("2 of 6 combinations")
+    text = attn("tile = {128x128, 128x256, 64x128}   schedule = {cooperative, pingpong}")
+    prog = dsl.parse(text)
+    diags = dsl.check(prog)
+    (note,) = [d for d in diags if d.code == "choices"]
+    assert note.message.startswith("2 of 6 combinations")
     assert "sm90.attn-smem (2)" in note.message and "sm90.attn-tile (2)" in note.message
+    dead = [d for d in diags if d.code == "dead-option"]  # at the option itself, with the options that are legal
+    assert [d.message.split(" is in")[0] for d in dead] == ["tile = 128x256", "tile = 64x128"]
+    assert all(d.severity == "warning" and d.valid == ("128x128",) for d in dead)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if "128x256" in ln)
+    at = text.splitlines()[line - 1]
+    assert [(d.pos.line, d.pos.column) for d in dead] == [(line, at.index("128x256") + 1), (line, at.index("64x128") + 1)]
 
 
 def test_every_attention_rule_is_in_arch_rules():

@@ -538,6 +538,17 @@ def test_check_reports_rules_every_combination_breaks():
     assert diags[1].message.startswith("0 of 4 combinations")
 
 
+def test_check_reports_rule_errors_in_source_order():
+    text = gemm("stages = 1\n  split_k = 2\n  tile = {128x128x64, 128x250x64}\n  schedule = cooperative")
+    diags = dsl.check(dsl.parse(text.replace("tile = {128x128x64, 128x250x64}", "tile = 128x128x64")))
+    assert [d.code for d in diags] == ["sm90.stages-min", "sm90.split-k-scheduler"]  # the rules run the other way
+    assert diags[0].pos.line < diags[1].pos.line
+    (dead,) = [d for d in dsl.check(dsl.parse(text.replace("split_k = 2", "").replace("stages = 1", "")))
+               if d.severity == "warning"]
+    assert dead.code == "dead-option" and dead.message.startswith("tile = 128x250x64 is in no legal combination")
+    assert dead.valid == ("128x128x64",)
+
+
 def test_check_with_extents_and_concrete_kernel_has_one_combination():
     k = kernel_of()
     assert dsl.legal_combinations(k) == ([{}], [])

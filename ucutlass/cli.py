@@ -143,7 +143,7 @@ def cmd_check(args) -> int:
         report["kernels"].append({"name": kernel.name, "config": kernel.config_name(),
                                   "open_choices": {k: list(c.spellings) for k, c in kernel.choices().items()},
                                   "combinations": combos, "legal_combinations": legal_total})
-        text += [d.format(program.source if d.severity == "error" else None) for d in diags]
+        text += [d.format(program.source if d.severity != "note" else None) for d in diags]
         if not errors and not kernel.choices():
             text.append(f"{args.file}: kernel {kernel.name}: ok ({kernel.config_name()})")
     if program.dispatch():  # one solution: each call runs the first kernel whose `when` holds

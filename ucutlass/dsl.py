@@ -140,6 +140,7 @@ ERROR_CODES: dict[str, str] = {
     "unknown-function": "a call of something other than the activations",
     "bad-call": "a function called with the wrong arguments",
     "choices": "check's summary of the combinations of open choices",
+    "dead-option": "a warning: an option of {…} that no legal combination uses",
 }
 
 
@@ -869,7 +870,7 @@ class _Lowering:
         """One atom → typed value; a choice → :class:`Choice`. Returns ``_FAILED`` after reporting."""
         if isinstance(value, _Atom):
             return self.atom(value, convert, _FAILED)
-        options, spellings, ok = [], [], True
+        options, spellings, positions, ok = [], [], [], True
         for atom in value.items:
             typed = self.atom(atom, convert, _FAILED)
             if typed is _FAILED:
@@ -881,7 +882,8 @@ class _Lowering:
                 continue
             options.append(typed)
             spellings.append(atom.text)
-        return Choice(tuple(options), tuple(spellings), value.pos) if ok else _FAILED
+            positions.append(atom.pos)
+        return Choice(tuple(options), tuple(spellings), value.pos, tuple(positions)) if ok else _FAILED
 
     # operands
 
@@ -1394,7 +1396,8 @@ def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | 
 
     A concrete kernel gets the rule violations of :func:`ucutlass.arch.check_kernel`. A kernel with
     open choices is checked in every combination: each rule that *every* combination breaks is reported
-    as an error, followed by a summary (severity ``note`` when some combinations are legal, ``error``
+    as an error, each option that no legal combination uses as a warning (``dead-option``, at the option),
+    both in source order and followed by a summary (severity ``note`` when some combinations are legal, ``error``
     when none is) that counts the legal combinations and names the rules that rejected the others.
 
     Args:
@@ -1404,31 +1407,61 @@ def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | 
     Returns:
         The diagnostics; no ``error`` among them means every kernel (or some combination) is legal.
     """
-    from .arch import check_kernel
+    from .arch import canonical, check_kernel
 
     kernels = program_or_kernel.kernels if isinstance(program_or_kernel, Program) else (program_or_kernel,)
     out: list[Diagnostic] = []
     for kernel in kernels:
         if kernel.is_concrete():
-            out.extend(check_kernel(kernel, extents))
+            out.extend(sorted(check_kernel(kernel, extents), key=_source_order))
             continue
         legal, rejected = legal_combinations(kernel, extents)
         total = len(legal) + len(rejected)
         keys = ", ".join(kernel.choices())
+        found: list[Diagnostic] = _dead_options(kernel, legal, rejected)
         if not legal:
             common = set.intersection(*({d.code for d in errs} for _, errs in rejected))
             for d in rejected[0][1]:
                 if d.code in common:
-                    out.append(Diagnostic(f"{d.message} (this rule rejects every combination of the open choices)",
-                                          d.pos, d.valid, d.code, d.severity))
+                    found.append(Diagnostic(f"{d.message} (this rule rejects every combination of the open "
+                                            "choices)", d.pos, d.valid, d.code, d.severity))
+        out.extend(sorted(found, key=_source_order))
         counts: dict[str, int] = {}
-        for _, errs in rejected:
-            for code in dict.fromkeys(d.code for d in errs):
-                counts[code] = counts.get(code, 0) + 1
+        for _, errs in rejected:  # by the first rule each breaks, as `tune --dry-run` counts them
+            counts[errs[0].code] = counts.get(errs[0].code, 0) + 1
         targets = kernel.target.options if isinstance(kernel.target, ir.Choice) else (kernel.target,)
         rules = "/".join(t.value for t in targets)
         message = f"{len(legal)} of {total} combinations of the open choices ({keys}) pass the {rules} rules"
+        distinct = len({canonical(kernel.resolve(p)).digest() for p in legal})
+        if distinct < len(legal):
+            message += f" ({distinct} distinct kernels: an auto setting makes some combinations the same kernel)"
         if counts:
-            message += "; rejected by " + ", ".join(f"{code} ({n})" for code, n in counts.items())
+            message += "; rejected (by the first rule each breaks): " + ", ".join(f"{code} ({n})"
+                                                                             for code, n in counts.items())
         out.append(Diagnostic(message, kernel.pos, code="choices", severity="note" if legal else "error"))
+    return out
+
+
+def _source_order(d: Diagnostic) -> tuple:
+    return d.pos.line, d.pos.column
+
+
+def _dead_options(kernel, legal: list[dict[str, Any]],
+                  rejected: list[tuple[dict[str, Any], list[Diagnostic]]]) -> list[Diagnostic]:
+    """A warning at each option of a ``{…}`` choice that no legal combination uses, with the first rule that
+    rejects it and the options that some legal combination does use (none when nothing is legal: the
+    summary is an error then)."""
+    out: list[Diagnostic] = []
+    if not legal:
+        return out
+    for key, choice in kernel.choices().items():
+        used = [any(p[key] == option for p in legal) for option in choice.options]
+        valid = tuple(s for s, ok in zip(choice.spellings, used) if ok)
+        for i, (option, ok) in enumerate(zip(choice.options, used)):
+            if ok:
+                continue
+            why = next(errs[0] for picks, errs in rejected if picks[key] == option)
+            pos = choice.positions[i] if i < len(choice.positions) else choice.pos
+            out.append(Diagnostic(f"{key} = {choice.spellings[i]} is in no legal combination: {why.message}", pos,
+                                  valid, code="dead-option", severity="warning"))
     return out

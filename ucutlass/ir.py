@@ -159,6 +159,7 @@ class Choice:
     options: tuple[Any, ...]
     spellings: tuple[str, ...]
     pos: Pos = field(default_factory=Pos, compare=False)
+    positions: tuple[Pos, ...] = field(default=(), compare=False)  # of each option, for diagnostics
 
 
 Setting = Union[Any, Choice]
