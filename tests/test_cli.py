@@ -61,6 +61,31 @@ def test_binding_to_a_misspelt_problem_tensor_suggests_the_close_name(capsys, tm
     assert rc == 1 and "has no input 'fc1_weight'; did you mean 'fc_weight'?" in out
 
 
+def test_binding_errors_are_one_each_with_the_fix(capsys, tmp_path):
+    """A misspelt binding is one error (its tensor is not also reported unused), shown under its line; a wrong
+    dtype is named in .ucut spelling; a transposed operand is one error that shows the tensor's shape and the
+    declaration that would agree (not one per mode and operand)."""
+    shipped = (REPO / "problems" / "ffn_up_gelu_tanh_gpt2_xl" / "kernel.ucut").read_text()
+    cases = {"typo": shipped.replace("<- fc_weight ", "<- fc_weights "),
+             "dtype": shipped.replace("a : bf16[M, K] row", "a : f16[M, K] row"),
+             "swap": shipped.replace("b : bf16[N, K] row", "b : bf16[K, N] row")}
+    errors = {}
+    for name, text in cases.items():
+        spec = tmp_path / f"{name}.ucut"
+        spec.write_text(text)
+        rc, out, _ = run(capsys, "check", str(spec), "--problem", "ffn_up_gelu_tanh_gpt2_xl")
+        assert rc == 1
+        errors[name] = [line for line in out.splitlines() if ": error: " in line]
+        assert len(errors[name]) == 1, out
+    assert "has no input 'fc_weights'; did you mean 'fc_weight'?" in errors["typo"][0]
+    assert "a is f16 but ffn_up_gelu_tanh_gpt2_xl.hidden_states is bf16 (torch.bfloat16) (valid: bf16)" \
+        in errors["dtype"][0]
+    assert ("b <- fc_weight has shape [6400, 1600]: read as [K, N] row that makes K = 6400, but a <- "
+            "hidden_states gives K = 1600; declared as [N, K] it would agree") in errors["swap"][0]
+    out = run(capsys, "check", str(tmp_path / "typo.ucut"), "--problem", "ffn_up_gelu_tanh_gpt2_xl")[1]
+    assert "  b : bf16[N, K] row <- fc_weights" in out and "\n  ^" in out
+
+
 def test_compile_emit_only_writes_cuda_for_picked_choices(capsys, tmp_path):
     rc, out, _ = run(capsys, "compile", str(SPEC), "--emit-only", "-o", str(tmp_path),
                      "--pick", "tile=128x256x64", "--pick", "cluster=2x1x1", "--pick", "schedule=cooperative",

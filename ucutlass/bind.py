@@ -14,13 +14,14 @@ largest alignment every workload allows (:func:`resolve_alignment`): :attr:`Bind
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from .dsl import _did_you_mean
 from .errors import CheckError, Diagnostic
-from .ir import Choice, EpilogueInputKind, GemmKernel, Layout, Pos
+from .ir import Choice, DType, EpilogueInputKind, GemmKernel, Layout, Pos
 from .problem import Problem, Workload
 
 
@@ -137,11 +138,20 @@ class Binding:
                     f"[{', '.join(slot.dims)}] {slot.layout.value} (only row-major operands fold leading "
                     "dimensions)", slot.pos, code="bind-shape"))
                 continue
+            clashes = [f"{dim} = {size}, but {found[dim][1]} gives {dim} = {found[dim][0]}"
+                       for dim, size in zip(slot.dims, sizes) if dim in found and found[dim][0] != size]
+            if clashes:
+                swapped = tuple(reversed(slot.dims))
+                other = _fold(shape, swapped, slot.layout) if len(swapped) == 2 else None
+                hint = ""
+                if other is not None and all(found.get(d, (v,))[0] == v for d, v in zip(swapped, other)):
+                    hint = f"; declared as [{', '.join(swapped)}] it would agree"
+                diags.append(Diagnostic(
+                    f"{slot.arg} <- {slot.tensor} has shape {list(shape)}: read as [{', '.join(slot.dims)}] "
+                    f"{slot.layout.value} that makes {'; '.join(clashes)}{hint} (workload {_label(workload)})",
+                    slot.pos, code="bind-extent"))
+                continue  # its extents are suspect: later operands are compared with the others only
             for dim, size in zip(slot.dims, sizes):
-                if dim in found and found[dim][0] != size:
-                    diags.append(Diagnostic(
-                        f"{dim} is {found[dim][0]} from {found[dim][1]} but {size} from {slot.arg} <- "
-                        f"{slot.tensor} (workload {_label(workload)})", slot.pos, code="bind-extent"))
                 found.setdefault(dim, (size, f"{slot.arg} <- {slot.tensor}"))
         if diags:
             raise CheckError(diags)
@@ -200,6 +210,11 @@ class Binding:
         return found
 
 
+def _ucut_dtype(torch_name: str) -> str | None:
+    """The `.ucut` spelling of a torch dtype name (``bfloat16`` -> ``bf16``), or None when there is none."""
+    return next((d.value for d in DType if d.torch_name == torch_name), None)
+
+
 def _label(workload: Workload | Mapping[str, int]) -> str:
     return workload.label() if isinstance(workload, Workload) else ",".join(f"{k}={v}" for k, v in workload.items())
 
@@ -228,6 +243,7 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
     diags: list[Diagnostic] = []
     slots: list[Slot] = []
     ins, outs = problem.inputs, problem.outputs
+    meant: set[str] = set()  # what a misspelt binding probably names: not reported again as unused
 
     def add(arg: str, binding: str | None, dims, layout, dtype, is_output: bool, pos: Pos, view=()):
         pool = outs if is_output else ins
@@ -237,6 +253,7 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
                                     f"(write `{arrow} NAME`)", pos, tuple(pool), code="bind-missing"))
             return
         if binding not in pool:
+            meant.update(difflib.get_close_matches(binding, list(pool), n=1))
             other = ins if is_output else outs
             hint = f" ({binding!r} is an {'input' if is_output else 'output'}: use {'<-' if is_output else '->'})" \
                 if binding in other else _did_you_mean(binding, list(pool))
@@ -245,8 +262,9 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
             return
         spec = pool[binding]
         if dtype is not None and spec.dtype != dtype.torch_name:
-            diags.append(Diagnostic(f"{arg} is {dtype.value} but {problem.id}.{binding} is {spec.dtype}", pos,
-                                    code="bind-dtype"))
+            theirs = _ucut_dtype(spec.dtype)
+            diags.append(Diagnostic(f"{arg} is {dtype.value} but {problem.id}.{binding} is {theirs or spec.dtype}"
+                                    f" (torch.{spec.dtype})", pos, (theirs,) if theirs else (), code="bind-dtype"))
         if (spec.shape is None) != (not dims):
             diags.append(Diagnostic(f"{arg} is {'a scalar' if not dims else 'a tensor'} but {problem.id}."
                                     f"{binding} is {'a scalar' if spec.shape is None else 'a tensor'}", pos,
@@ -276,7 +294,7 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
         slots.append(Slot(scale.name, scale.binding, (), scale.layout, False, scale.pos))
     used = {s.tensor for s in slots}
     for name in list(ins) + list(outs):
-        if name not in used:
+        if name not in used and name not in meant:
             kind = "input" if name in ins else "output"
             diags.append(Diagnostic(f"problem {kind} {name!r} of {problem.id} is not bound to any operand of "
                                     f"kernel {kernel.name!r}", kernel.pos, code="bind-unused"))

@@ -95,7 +95,7 @@ def cmd_check(args) -> int:
             except CheckError as e:
                 report["ok"] = False
                 report["diagnostics"] += [d.to_json() for d in e.diagnostics]
-                text += [d.format() for d in e.diagnostics]
+                text += [d.format(program.source) for d in e.diagnostics]
                 continue
             all_ext = [binding.extents(w) for w in problem.workloads]
             bound_extents[kernel.name] = all_ext
@@ -202,7 +202,7 @@ def cmd_compile(args) -> int:
             sources.append(program.source)
     if open_errors:
         for d in rule_errors:
-            print(d.format(), file=sys.stderr)
+            print(d.format(program.source), file=sys.stderr)
         raise UcutError("\nerror: ".join(open_errors))
     if rule_errors:
         raise CheckError(rule_errors, source=program.source)
