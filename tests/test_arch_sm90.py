@@ -144,9 +144,9 @@ def test_good_neighbours_of_the_bad_configs_pass():
 
 def test_messages_name_the_values_and_the_fix():
     (d,) = sm90.check_kernel(kernel("tile = 64x128x64 schedule = cooperative"))
-    assert "tile 64x128x64 with schedule cooperative" in d.message and d.valid == ("128", "256")
+    assert "tile 64x128x64 with schedule cooperative" in d.message and d.valid == ("128x128x64", "256x128x64")
     (d,) = sm90.check_kernel(kernel("tile = 256x128x64 schedule = pingpong"))
-    assert "cooperative" in d.message and d.valid == ("64", "128")
+    assert "cooperative" in d.message and d.valid == ("64x128x64", "128x128x64")
     (d,) = sm90.check_kernel(kernel("tile = 64x128x64 scheduler = stream_k"))
     assert "auto resolves to pingpong" in d.message and "Ping-pong kernel does not currently support" in d.message
     assert d.pos.line == 3 and d.valid == ("persistent",)

@@ -34,7 +34,8 @@ def test_check_json_for_a_broken_program(capsys, tmp_path):
     doc = json.loads(out)
     assert not doc["ok"]
     (diag,) = [d for d in doc["diagnostics"] if d["severity"] == "error"]
-    assert diag["code"] == "sm90.cooperative-tile-m" and diag["line"] == 3 and "128" in diag["valid"]
+    assert diag["code"] == "sm90.cooperative-tile-m" and diag["line"] == 3
+    assert diag["valid"] == ["128x128x64", "256x128x64"]  # the tile with each allowed M
 
 
 def test_syntax_error_has_line_column_and_caret(capsys, tmp_path):

@@ -713,12 +713,12 @@ class Program:
         replacements: list[tuple[int, int, str]] = []
         for key, value in picks.items():
             if key not in all_choices:
-                raise KeyError(f"no open choice {key!r}; open: {sorted(all_choices)}")
+                raise KeyError(f"no open choice {key!r} (valid: {', '.join(sorted(all_choices))})")
             choice = all_choices[key]
             if value in choice.spellings and value not in choice.options:
                 value = choice.options[choice.spellings.index(value)]
             if value not in choice.options:
-                raise ValueError(f"{key}: {value!r} is not one of {list(choice.spellings)}")
+                raise ValueError(f"{key} = {value} is not one of the options (valid: {', '.join(choice.spellings)})")
             spelling = choice.spellings[choice.options.index(value)]
             kname, setting = key.split(".", 1)
             per_kernel.setdefault(kname, {})[setting] = value

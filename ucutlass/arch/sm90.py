@@ -146,6 +146,11 @@ RULES: dict[str, str] = {
 # --- helpers ---------------------------------------------------------------------------------------------
 
 
+def _with_tile_m(tile, tile_ms) -> tuple[str, ...]:
+    """The tiles that differ from ``tile`` only in an allowed M (what a tile-M rule's error lists as valid)."""
+    return tuple(f"{m}x{tile[1]}x{tile[2]}" for m in tile_ms)
+
+
 def resolve_schedule(kernel: GemmKernel) -> Schedule:
     """The schedule a kernel runs: ``auto`` becomes cooperative when tile M >= 128 and M % 128 == 0, else pingpong.
 
@@ -481,7 +486,7 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
     if schedule is Schedule.cooperative and tile_m not in COOPERATIVE_TILE_M:
         out.append(_diag("sm90.cooperative-tile-m", f"tile {tile} with schedule cooperative{auto_note}: the "
                          "cooperative kernel needs tile M >= 128 and its 128-row epilogue tile must divide M",
-                         _pos(kernel, "tile"), COOPERATIVE_TILE_M))
+                         _pos(kernel, "tile"), _with_tile_m(kernel.tile, COOPERATIVE_TILE_M)))
         tile_ok = False
     elif schedule in (Schedule.pingpong, Schedule.warpspecialized) and tile_m not in WARPSPECIALIZED_TILE_M:
         if tile_m > max(WARPSPECIALIZED_TILE_M):
@@ -490,7 +495,7 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
         else:
             why = "its 64-row epilogue tile must divide M (and wgmma M is a multiple of 64)"
         out.append(_diag(f"sm90.{schedule.value}-tile-m", f"tile {tile} with schedule {schedule.value}"
-                         f"{auto_note}: {why}", _pos(kernel, "tile"), WARPSPECIALIZED_TILE_M))
+                         f"{auto_note}: {why}", _pos(kernel, "tile"), _with_tile_m(kernel.tile, WARPSPECIALIZED_TILE_M)))
         tile_ok = False
     if tile_n % TILE_N_MULTIPLE or not TILE_N_MULTIPLE <= tile_n <= TILE_N_MAX:
         out.append(_diag("sm90.tile-n", f"tile {tile}: tile N {tile_n} must be a multiple of {TILE_N_MULTIPLE} "

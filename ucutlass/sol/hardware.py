@@ -8,6 +8,8 @@ SOL-ExecBench, so our bounds can be checked against its published ones) or ``cal
 
 from __future__ import annotations
 
+import difflib
+
 import hashlib
 import json
 import os
@@ -180,8 +182,10 @@ def load_hardware(name: str | Hardware) -> Hardware:
     for gpu, hw in calibrated_entries().items():
         if key in (hw.name, gpu):
             return hw
-    valid = sorted(shipped) + sorted(ALIASES) + ["local"]
-    raise HardwareError(f"unknown hardware {name!r} (valid: {', '.join(valid)})")
+    valid = list(dict.fromkeys(sorted(ALIASES) + sorted(shipped) + ["local"]))  # short names first, once each
+    close = difflib.get_close_matches(name.lower(), valid, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise HardwareError(f"unknown hardware {name!r}{hint} (valid: {', '.join(valid)})")
 
 
 def _local() -> Hardware:
