@@ -1448,9 +1448,9 @@ def _source_order(d: Diagnostic) -> tuple:
 
 def _dead_options(kernel, legal: list[dict[str, Any]],
                   rejected: list[tuple[dict[str, Any], list[Diagnostic]]]) -> list[Diagnostic]:
-    """A warning at each option of a ``{…}`` choice that no legal combination uses, with the first rule that
-    rejects it and the options that some legal combination does use (none when nothing is legal: the
-    summary is an error then)."""
+    """A warning at each option of a ``{…}`` choice that no legal combination uses, with a rule that rejects
+    every combination holding it (else the first rule of the first) and the options that some legal one uses.
+    None when nothing is legal: the summary is an error then."""
     out: list[Diagnostic] = []
     if not legal:
         return out
@@ -1460,7 +1460,9 @@ def _dead_options(kernel, legal: list[dict[str, Any]],
         for i, (option, ok) in enumerate(zip(choice.options, used)):
             if ok:
                 continue
-            why = next(errs[0] for picks, errs in rejected if picks[key] == option)
+            with_it = [errs for picks, errs in rejected if picks[key] == option]
+            common = set.intersection(*({d.code for d in errs} for errs in with_it))
+            why = next((d for d in with_it[0] if d.code in common), with_it[0][0])  # the rule it always breaks
             pos = choice.positions[i] if i < len(choice.positions) else choice.pos
             out.append(Diagnostic(f"{key} = {choice.spellings[i]} is in no legal combination: {why.message}", pos,
                                   valid, code="dead-option", severity="warning"))
