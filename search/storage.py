@@ -231,13 +231,16 @@ def fail_trials(study: optuna.Study, trials: Iterable[FrozenTrial], retry: bool 
     callback = RetryStaleTrial() if retry else None
     failed = []
     for t in trials:
+        # The copy is queued before the trial fails, so that its configuration is never neither running nor
+        # queued (a sampler would propose it afresh then); the copy's claim passes over the trial it retries.
+        # If the trial finished meanwhile, the copy's claim finds it measured and gives way.
+        if callback is not None:
+            callback(study, t)
         try:
             study.tell(t.number, state=TrialState.FAIL)
         except (ValueError, RuntimeError):  # finished meanwhile (UpdateFinishedTrialError is a RuntimeError)
             continue
         failed.append(t.number)
-        if callback is not None:
-            callback(study, t)
     return failed
 
 

@@ -526,11 +526,15 @@ class Tuner:
         deadline = time.monotonic() + CLAIM_WAIT_S
         while True:
             undecided = False
-            for t in study.get_trials(deepcopy=False):
+            trials = study.get_trials(deepcopy=False)
+            retried = next((t.system_attrs.get("failed_trial") for t in trials if t.number == trial.number), None)
+            for t in trials:
                 if t.number == trial.number or is_duplicate(t) or params_key(trial_params(t)) != key:
                     continue
                 if is_measured(t):
                     return t
+                if t.number == retried:  # the dead worker's trial this one retries, being failed now
+                    continue
                 if t.state is TrialState.RUNNING and "claimed" in t.user_attrs:
                     if t.number < trial.number or "config" in t.user_attrs:
                         return t

@@ -302,6 +302,31 @@ def test_one_process_resumes_what_a_killed_run_left_running(tmp_path):
     assert len(measure.measured) == 10 + 1  # the ten that compile, and the verification of the best
 
 
+def test_a_dead_workers_trial_is_queued_again_before_it_fails(tmp_path):
+    """While a dead worker's trial is being failed its configuration is already queued, so a worker asking then
+    pops the copy (whose claim passes over the trial it retries) rather than a sampler proposing it afresh,
+    outside the retry (the flake of test_killed_worker_trial_fails_and_is_retried)."""
+    from ucutlass.search.storage import worker_id
+
+    study = optuna.create_study(storage=open_storage(f"journal://{tmp_path / 'study.log'}"), study_name="s")
+    trial = study.ask({"x": CategoricalDistribution(["a", "b"])})
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    trial.set_user_attr("worker", worker_id(dead.pid))
+    queued_at_tell = []
+    tell = study.tell
+
+    def spy(number, *args, **kwargs):
+        queued_at_tell.append([t.params for t in study.get_trials(states=(TrialState.WAITING,))])
+        return tell(number, *args, **kwargs)
+
+    study.tell = spy
+    assert fail_dead_workers(study) == [trial.number]
+    assert queued_at_tell == [[trial.params]]
+    (copy,) = study.get_trials(states=(TrialState.WAITING,))
+    assert copy.system_attrs["failed_trial"] == trial.number
+
+
 def test_heartbeat_fails_a_stale_trial_of_another_host(postgres_url):
     """On a database server, a trial whose worker (on another host) stops beating is failed by Optuna's
     fail_stale_trials after the grace period, and queued again without the dead worker's attributes."""
