@@ -30,6 +30,7 @@ import ctypes
 import importlib
 import os
 import sys
+import time
 from typing import Any, Iterable, Sequence
 
 #: (object path, attribute) pairs whose identity must not change in the worker.
@@ -172,12 +173,19 @@ class ThreadWatch:
         except OSError:
             return frozenset()
 
-    def new_since(self, base: frozenset[str]) -> list[str]:
-        """Threads alive now that were not in ``base``, as ``"tid (name)"``."""
+    def new_since(self, base: frozenset[str], settle_s: float = 0.1) -> list[str]:
+        """Threads alive now that were not in ``base``, as ``"tid (name)"``. A thread that has just ended is
+        not counted: Python's ``join`` returns before the kernel drops the thread from ``/proc/self/task``,
+        so new threads are watched for up to ``settle_s`` seconds (only when there are any) until they go."""
         if not self.available:
             return []
+        new = self.snapshot() - base
+        deadline = time.monotonic() + settle_s
+        while new and time.monotonic() < deadline:
+            time.sleep(0.005)
+            new &= self.snapshot()
         out = []
-        for tid in sorted(self.snapshot() - base, key=int):
+        for tid in sorted(new, key=int):
             try:
                 with open(f"/proc/self/task/{tid}/comm") as f:
                     name = f.read().strip()
