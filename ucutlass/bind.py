@@ -14,13 +14,12 @@ largest alignment every workload allows (:func:`resolve_alignment`): :attr:`Bind
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .dsl import _did_you_mean
-from .errors import CheckError, Diagnostic
+from .errors import CheckError, Diagnostic, closest
+from .errors import did_you_mean as _did_you_mean
 from .ir import Choice, DType, EpilogueInputKind, GemmKernel, Layout, Pos
 from .problem import Problem, Workload
 
@@ -253,7 +252,7 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
                                     f"(write `{arrow} NAME`)", pos, tuple(pool), code="bind-missing"))
             return
         if binding not in pool:
-            meant.update(difflib.get_close_matches(binding, list(pool), n=1))
+            meant.add(closest(binding, list(pool)) or binding)
             other = ins if is_output else outs
             hint = f" ({binding!r} is an {'input' if is_output else 'output'}: use {'<-' if is_output else '->'})" \
                 if binding in other else _did_you_mean(binding, list(pool))

@@ -31,7 +31,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import itertools
 import re
@@ -45,6 +44,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from . import ir
 from .errors import Diagnostic, UcutSyntaxError, excerpt
+from .errors import did_you_mean as _did_you_mean  # the name the family modules import
 from .ir import (Acc, Binary, Cast, Choice, Const, DType, EpilogueInput, EpilogueInputKind, EpilogueOutput, Expr,
                  GemmKernel, RasterOrder,
                  Layout, Operand, Pos, Program, Ref, Schedule, Src, Target, TileScheduler, Unary)
@@ -242,13 +242,6 @@ SETTINGS: dict[str, SettingSpec] = {s.name: s for s in (
                 ("auto", "8", "4", "2", "1"), "auto", _alignment),
 )}
 assert tuple(SETTINGS) == ir.GEMM_SETTINGS
-
-
-def _did_you_mean(word: str, valid: Sequence[str]) -> str:
-    """``; did you mean 'X'?``: the first valid word that ``word`` abbreviates (``coop``), else a close spelling."""
-    close = [v for v in valid if v.startswith(word)][:1] if len(word) >= 3 else []
-    close = close or difflib.get_close_matches(word, list(valid), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _schedule_converter(k: "_Kernel", rules: Mapping[Target, Any]) -> Callable[["_Atom"], Any]:

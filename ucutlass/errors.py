@@ -6,11 +6,26 @@ where there is a closed set, the valid choices: ``file:line:col: error: message 
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from .ir import Pos
+
+
+def closest(word: str, valid: Sequence[str]) -> str | None:
+    """The first of ``valid`` that ``word`` abbreviates (``coop``: three letters or more), else the closest
+    spelling (``difflib``, cutoff 0.6), else None."""
+    close = [v for v in valid if v.startswith(word)][:1] if len(word) >= 3 else []
+    close = close or difflib.get_close_matches(word, list(valid), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, valid: Sequence[str]) -> str:
+    """``; did you mean 'X'?`` for :func:`closest`, or "" when nothing is close."""
+    close = closest(word, valid)
+    return f"; did you mean {close!r}?" if close else ""
 
 
 def excerpt(text: str, pos: Pos) -> str:

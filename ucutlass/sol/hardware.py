@@ -8,7 +8,6 @@ SOL-ExecBench, so our bounds can be checked against its published ones) or ``cal
 
 from __future__ import annotations
 
-import difflib
 
 import hashlib
 import json
@@ -20,6 +19,7 @@ from typing import Mapping
 
 from ..build import cache_dir  # one cache root for kernels and calibrations
 
+from ..errors import did_you_mean
 from ._errors import HardwareError
 from .precision import FALLBACK
 
@@ -183,9 +183,7 @@ def load_hardware(name: str | Hardware) -> Hardware:
         if key in (hw.name, gpu):
             return hw
     valid = list(dict.fromkeys(sorted(ALIASES) + sorted(shipped) + ["local"]))  # short names first, once each
-    close = difflib.get_close_matches(name.lower(), valid, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise HardwareError(f"unknown hardware {name!r}{hint} (valid: {', '.join(valid)})")
+    raise HardwareError(f"unknown hardware {name!r}{did_you_mean(name.lower(), valid)} (valid: {', '.join(valid)})")
 
 
 def _local() -> Hardware:
