@@ -1,7 +1,8 @@
 """Attention on the GPU: ucutlass FMHA kernels (CUTLASS example 88) against torch SDPA's backends.
 
 Run by scripts/device_attention_bench.sh (on the H200). Each side gets the layout it is fed in real use, and the
-table says which: ucutlass reads BSHD ([B, S, H, D], what a fused QKV projection writes), SDPA contiguous BHSD.
+table says which: ucutlass reads BSHD ([B, S, H, D], what a fused QKV projection writes), SDPA contiguous BHSD;
+the ``*_bhsd`` variants give ucutlass SDPA's BHSD inputs (GQA in one launch; BSHD needs min(B, Hq/Hkv)).
 Timing: ``triton.testing.do_bench`` (median, L2 flushed between calls) when triton is importable, else CUDA
 events around single calls with an L2 flush before each (median of 50). TFLOP/s counts 4·B·Hq·Sq·Sk·D
 and, for causal, only the lower triangle with the diagonal (a fraction (S+1)/(2S)), like ``ucutlass sol``.
@@ -36,11 +37,15 @@ VARIANTS = {  # name -> settings of a fixed sm90 kernel
     "coop64": "tile = 128x64   schedule = cooperative",
     "pingpong128": "tile = 128x128   schedule = pingpong",
 }
+#: Variants that read SDPA's own BHSD inputs: GQA in one launch for any B (BSHD needs min(B, Hq/Hkv) launches).
+BHSD_VARIANTS = {"coop128_bhsd": VARIANTS["coop128"]}
 
 
-def source(name: str, settings: str, causal: bool) -> str:
-    return (f"kernel {name} : attention {{\n  target = sm90\n  q : bf16[B, Sq, Hq, {D}]\n  k : bf16[B, Sk, Hkv, {D}]\n"
-            f"  v : bf16[B, Sk, Hkv, {D}]\n  o : bf16[B, Sq, Hq, {D}]\n  mask = {'causal' if causal else 'none'}\n"
+def source(name: str, settings: str, causal: bool, bhsd: bool = False) -> str:
+    def shape(s, h):
+        return f"[B, {h}, {s}, {D}]" if bhsd else f"[B, {s}, {h}, {D}]"
+    return (f"kernel {name} : attention {{\n  target = sm90\n  q : bf16{shape('Sq', 'Hq')}\n  k : bf16{shape('Sk', 'Hkv')}\n"
+            f"  v : bf16{shape('Sk', 'Hkv')}\n  o : bf16{shape('Sq', 'Hq')}\n  mask = {'causal' if causal else 'none'}\n"
             f"  {settings}\n}}\n")
 
 
@@ -95,6 +100,8 @@ def main() -> int:
             if not causal and name not in ("coop128", "coop128_persist"):
                 continue
             kernels.append((name, causal, parse(source(name, settings, causal)).kernel()))
+        for name, settings in BHSD_VARIANTS.items():
+            kernels.append((name, causal, parse(source(name, settings, causal, bhsd=True)).kernel()))
     if args.tuned:
         k = parse_file(args.tuned).kernel()
         kernels.append(("tuned", k.mask == "causal", k))
@@ -125,14 +132,17 @@ def main() -> int:
         rec = {"B": b, "S": s, "Hq": hq, "Hkv": hkv, "D": D, "causal": causal, "flops": flops(b, s, hq, causal),
                "ucutlass_ms": {}, "sdpa_ms": {}}
         ref = F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, enable_gqa=gqa).transpose(1, 2)
+        oh = torch.empty_like(qh)
         for (name, kc), kern in compiled.items():
             if kc != causal:
                 continue
+            args = dict(q=qh, k=kh, v=vh, o=oh) if name in BHSD_VARIANTS else dict(q=q, k=k, v=v, o=o)
             try:
-                kern(q=q, k=k, v=v, o=o)
+                kern(**args)
                 torch.cuda.synchronize()
-                err = (o.float() - ref.float()).abs().max().item()
-                rec["ucutlass_ms"][name] = bench(lambda: kern(q=q, k=k, v=v, o=o))
+                got = oh.transpose(1, 2) if name in BHSD_VARIANTS else o
+                err = (got.float() - ref.float()).abs().max().item()
+                rec["ucutlass_ms"][name] = bench(lambda: kern(**args))
                 rec.setdefault("ucutlass_maxerr", {})[name] = err
             except Exception as e:  # noqa: BLE001
                 rec["ucutlass_ms"][name] = None
@@ -154,7 +164,7 @@ def main() -> int:
                 rec.setdefault("errors", []).append(f"sdpa {label}: {type(e).__name__}: {str(e)[:120]}")
         records.append(rec)
         print(json.dumps(rec), flush=True)
-        del q, k, v, o, qh, kh, vh, ref
+        del q, k, v, o, qh, kh, vh, oh, ref
         torch.cuda.empty_cache()
 
     def tf(ms, f):
@@ -162,7 +172,7 @@ def main() -> int:
 
     lines = ["# Attention on the H200: ucutlass (CUTLASS example 88 FMHA) vs torch SDPA", "",
              f"torch {torch.__version__}, {torch.cuda.get_device_name()}, d = {D}, bf16. ucutlass fed BSHD "
-             "[B, S, H, D]; SDPA fed contiguous BHSD. TFLOP/s counts the causal lower triangle (with the diagonal). "
+             "[B, S, H, D] (the *_bhsd variants: BHSD); SDPA fed contiguous BHSD. TFLOP/s counts the causal lower triangle (with the diagonal). "
              "ratio = SDPA default time / best ucutlass time (> 1: ucutlass faster).", "",
              "| B×S | Hq/Hkv | mask | best ucutlass (config) | ucutlass TFLOP/s | SDPA default (picked) | flash | cuDNN | ratio |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -84,6 +84,7 @@ CASES = [  # (B, Sq, Sk, Hq, Hkv): GQA and MHA, lengths that are and are not mul
     (2, 328, 328, 4, 4),
     (1, 72, 72, 2, 1),
     (1, 200, 520, 4, 1),     # Sq < Sk
+    (3, 136, 136, 4, 2),     # BSHD with B > Hq/Hkv: one launch per query head of a group, on forked streams
 ]
 
 
@@ -190,3 +191,31 @@ def test_two_builds_of_one_kernel_type_run_in_one_process(kernel_cache):
         kern(q=q, k=k, v=v, o=o)
         torch.cuda.synchronize()
         assert (o.float() - ref).abs().max().item() < 0.05, name
+
+
+def test_forked_launches_join_the_callers_stream(kernels):
+    """BSHD GQA with B > Hq/Hkv runs several launches on forked streams: work queued after the call on the
+    caller's (non-default) stream sees the finished output, also when the call is captured in a CUDA graph."""
+    b, s, hq, hkv, d = 6, 512, 8, 2, 128
+    q, k, v = _tensors(torch.bfloat16, "bshd", b, s, s, hq, hkv, d)
+    ref, _ = _reference(q, k, v, "bshd", True, None)
+    kern = kernels["causal_lse"]
+    lse = torch.empty(b, hq, s, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        o = torch.full_like(q, float("nan"))
+        kern(q=q, k=k, v=v, o=o, lse=lse)
+        seen = o.clone()  # queued on `side` right after the call
+    torch.cuda.synchronize()
+    assert not seen.isnan().any() and (seen.float() - ref).abs().max().item() < 0.05
+
+    o = torch.full_like(q, float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kern(q=q, k=k, v=v, o=o, lse=lse)
+        seen = o.clone()
+    o.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert not seen.isnan().any() and (seen.float() - ref).abs().max().item() < 0.05
