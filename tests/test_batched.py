@@ -233,3 +233,25 @@ def test_runtime_names_the_alignment_a_shape_needs():
         ck._matrix("a", torch.zeros(5, 10, dtype=torch.bfloat16), ("M", "K"), Layout.row, k.a.dtype, {}, cpu, (), 4)
     with pytest.raises(KernelRuntimeError, match=r"K = 12 × 2 bytes is not a multiple of 16; TMA"):
         ck._matrix("a", torch.zeros(5, 12, dtype=torch.bfloat16), ("M", "K"), Layout.row, k.a.dtype, {}, cpu)
+
+
+def test_packed_batches_with_a_shared_b_run_as_one_gemm_of_all_rows():
+    """L batches of a row-major a and d, each right after the one before, against one b: one GEMM of L·M rows
+    (b read once, one ragged M tile instead of L); anything that tells the batches apart keeps the L GEMMs."""
+    lm_head = """kernel k : gemm { a : bf16[B, M, K] row  b : bf16[N, K] row  d : bf16[B, M, N] row %s }"""
+    m, n, k = 100, 256, 64
+    packed = {"a": m * k, "b": 0, "d": m * n}
+    ck = _argument_checker(kernel_of(lm_head % ""))
+    assert ck._batches_are_rows(m, n, k, packed)
+    assert not ck._batches_are_rows(m, n, k, {**packed, "a": 128 * k})  # a slice [:, -100:] of 128 positions
+    assert not ck._batches_are_rows(m, n, k, {**packed, "d": 128 * n})
+    bias = _argument_checker(kernel_of(lm_head % "epilogue { bias : bf16[N]  d = acc + bias }"))
+    assert bias._batches_are_rows(m, n, k, packed)  # one bias row for every row of every batch
+    per_row = _argument_checker(kernel_of(lm_head % "epilogue { s : f32[M]  d = acc * s }"))
+    assert not per_row._batches_are_rows(m, n, k, packed)  # [M] is repeated per batch, not [L·M]
+    per_batch = _argument_checker(kernel_of(lm_head % "epilogue { bias : bf16[B, N]  d = acc + bias }"))
+    assert not per_batch._batches_are_rows(m, n, k, packed)
+    own_b = _argument_checker(kernel_of(lm_head.replace("b : bf16[N, K]", "b : bf16[B, N, K]") % ""))
+    assert not own_b._batches_are_rows(m, n, k, {**packed, "b": n * k})
+    col_a = _argument_checker(kernel_of(lm_head.replace("a : bf16[B, M, K] row", "a : bf16[B, M, K] col") % ""))
+    assert not col_a._batches_are_rows(m, n, k, packed)
