@@ -10,7 +10,7 @@ export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 export UCUTLASS_CACHE_DIR=/tmp/ucutlass-cache
 # Problems copied from ../shared/sol-execbench into the ignored, carried .device/problems.
 [ -d .device/problems ] && export UCUTLASS_PROBLEMS=$PWD/.device/problems
-REPO=$PWD
+export REPO=$PWD  # the scripts run side by side (device_two_gpus.sh) read it
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   nvcc --version | tail -1; g++ --version | head -1

@@ -185,16 +185,16 @@ def test_sm90_render_follows_the_settings():
     src = codegen.render(one(attn("mask = causal")))
     assert "FmhaBuilder" in src and "CausalFusion" in src and "KernelTmaWarpSpecializedCooperative" in src
     assert "kIsPersistent" not in src and "kStagesKV" not in src
-    assert "Shape<_128, _128, _128>" in src and "x.Hq * D, _1{}" in src  # BSHD row stride
+    assert "Shape<cute::_128, cute::_128, cute::_128>" in src and "x.Hq * D, _1{}" in src  # BSHD row stride
     assert "77_blackwell" not in src and "sm100_fmha" not in src
     src = codegen.render(one(attn("schedule = pingpong   tile = 128x64   stages = 3   scale = 0.25",
                                   q="f16[B, Hq, Sq, 64]", k="f16[B, Hkv, Sk, 64]",
                                   extra="  lse : f32[B, Hq, Sq]\n")))
     assert "KernelTmaWarpSpecializedPingpong" in src and "ResidualFusion" in src and "cutlass::half_t" in src
-    assert "Int<3>" in src and "0.25f" in src and "Shape<_128, _64, _64>" in src
+    assert "Int<3>" in src and "0.25f" in src and "Shape<cute::_128, cute::_64, cute::_64>" in src
     assert "make_stride(D, _1{}" in src and "static_cast<float*>(ptrs[4])" in src  # BHSD, lse pointer
     src = codegen.render(one(attn("persistent = true")))
-    assert "fk::Option<fk::Tag::kIsPersistent, true_type>" in src
+    assert "fk::Option<fk::Tag::kIsPersistent, cute::true_type>" in src
 
 
 def test_sm100_render_uses_77_only():
