@@ -23,7 +23,7 @@ kernel qkv_proj : gemm {
   a : bf16[M, K] row <- hidden_states
   b : bf16[N, K] row <- qkv_weight
   d : bf16[M, N] row -> qkv
-  tile      = {64x128x64, 128x128x64, 128x256x64, 256x128x64}
+  tile      = {64x128x64, 128x128x64, 128x192x64, 256x128x64}
   cluster   = {1x1x1, 2x1x1}
   schedule  = {cooperative, pingpong}
   epilogue {
@@ -70,9 +70,9 @@ class FakeMeasure:
             process's pid into ``marker_dir/sleeping`` and sleeps, so that a test can kill the worker.
     """
 
-    SPEED = {"64x128x64": 3.0, "128x128x64": 1.6, "128x256x64": 1.2, "256x128x64": 1.1}
+    SPEED = {"64x128x64": 3.0, "128x128x64": 1.6, "128x192x64": 1.2, "256x128x64": 1.1}
     #: with ``by_m``: below M = 1000 (decode) small tiles win, as on a GPU
-    SPEED_SMALL_M = {"64x128x64": 0.5, "128x128x64": 1.0, "128x256x64": 1.5, "256x128x64": 2.0}
+    SPEED_SMALL_M = {"64x128x64": 0.5, "128x128x64": 1.0, "128x192x64": 1.5, "256x128x64": 2.0}
 
     def __init__(self, crash_tile: str | None = None, sol_ms: float = 1.0, log: str | None = None,
                  delay_s: float = 0.0, sleep_on: dict | None = None, sleep_s: float = 0.0,

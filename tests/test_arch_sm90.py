@@ -84,7 +84,10 @@ BAD = [
     ("schedule = warpspecialized scheduler = stream_k", ABD, "", "sm90.stream-k-schedule", 3),
     ("stages = 1", ABD, "", "sm90.stages-min", 3),
     ("tile = 128x128x64 stages = 7", ABD, "", "sm90.smem", 3),
-    ("tile = 256x256x128", ABD, "", "sm90.smem-auto", 3),
+    ("tile = 256x240x128", ABD, "", "sm90.smem-auto", 3),
+    ("tile = 128x256x64 schedule = pingpong", ABD, "", "sm90.accumulator-registers", 3),
+    ("tile = 256x256x64 schedule = cooperative", ABD, "", "sm90.accumulator-registers", 3),
+    ("tile = 128x256x64 schedule = warpspecialized", ABD, "", "sm90.accumulator-registers", 3),
     ("split_k = 4", ABD, "", "sm90.split-k-scheduler", 3),
     ("tile = 128x128x64 scheduler = stream_k swizzle = 3", ABD, "", "sm90.swizzle", 3),
     ("alignment = 1", "a : bf16[M, K] row  b : bf16[N, K] row  d : f32[M, N] row", "", "sm90.align-cp-async", 3),
@@ -160,8 +163,19 @@ def test_messages_name_the_values_and_the_fix():
     assert d.valid == ("16", "32", "64")
     (d,) = sm90.check_kernel(kernel("tile = 128x128x64 stages = 7"))
     assert "at most 6 fit" in d.message and d.valid == ("auto", "2", "3", "4", "5", "6")
-    (d,) = sm90.check_kernel(kernel("tile = 256x256x128"))
+    (d,) = sm90.check_kernel(kernel("tile = 256x240x128"))
     assert "too large for shared memory" in d.message and "fits 1" in d.message
+    (d,) = sm90.check_kernel(kernel("tile = 128x256x64 schedule = pingpong"))
+    assert "256 registers per thread" in d.message and "schedule cooperative" in d.message
+    assert d.valid == ("64x256x64", "128x240x64")
+
+
+def test_accumulator_registers_count_the_accumulator_type():
+    # f16 accumulators take half the registers: 128x256 pingpong fits with accum = f16 (f16 a and b)
+    f16 = "a : f16[M, K] row   b : f16[N, K] row   d : f16[M, N] row"
+    assert codes(kernel("tile = 128x256x64 schedule = pingpong accum = f16", f16)) == []
+    assert codes(kernel("tile = 128x256x64 schedule = pingpong", f16)) == ["sm90.accumulator-registers"]
+    assert codes(kernel("tile = 128x240x64 schedule = warpspecialized")) == []  # 240 of 255: no setmaxnreg
 
 
 def test_an_sm100_kernel_is_not_checked_by_the_sm90_rules():

@@ -131,7 +131,7 @@ def _check_study(result, out: Path) -> None:
     keys = [params_key(t["params"]) for t in _measured(result)]
     assert sorted(keys) == sorted(LEGAL), "each legal configuration once, none lost"
     assert "all 12 legal configurations tried" in result.stop_reason
-    assert result.best.params == {"tile": "128x256x64", "cluster": "2x1x1", "schedule": "cooperative"}
+    assert result.best.params == {"tile": "128x192x64", "cluster": "2x1x1", "schedule": "cooperative"}
     assert result.best_value == pytest.approx(1.2 * 0.9)
     assert len(result.best_outcomes) == len(make_plan().problem.workloads)  # verified on every workload
     paths = write_outputs(result, out)

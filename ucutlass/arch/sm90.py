@@ -75,6 +75,16 @@ COOPERATIVE_TILE_M = (128, 256)
 #: accumulators in 128 threads (with N = 128, 256 fp32 registers per thread: more than the 255 there are).
 WARPSPECIALIZED_TILE_M = (64, 128)
 
+#: 32-bit registers a thread of an MMA warpgroup may hold: CUTLASS's cooperative and pingpong kernels give their
+#: MMA warpgroups at most 240 (``warpgroup_reg_alloc<MmaRegisterRequirement>``,
+#: ``cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized_pingpong.hpp:148``, ``..._cooperative.hpp:137``); the
+#: warpspecialized kernel sets none, so the hardware's 255. A tile whose accumulators alone exceed this
+#: (``RegsPerThread``, ``..._pingpong.hpp:143``) compiles but spills: on the H200, 128x256 pingpong ran 15-16x
+#: slower than 128x256 cooperative (docs/benchmarks/2026-11-30-h200-l1003-fold.md).
+MMA_REGISTERS = {Schedule.cooperative: 240, Schedule.pingpong: 240, Schedule.warpspecialized: 255}
+#: Threads that share one tile's accumulators: two warpgroups in the cooperative kernel, one otherwise.
+MMA_THREADS = {Schedule.cooperative: 256, Schedule.pingpong: 128, Schedule.warpspecialized: 128}
+
 #: Epilogue tile M picked by ``EpilogueTileAuto``:
 #: ``cutlass/epilogue/collective/builders/sm90_builder.inl:119`` (cooperative: min(128, M)) and ``:125``
 #: (warp-specialized and pingpong: min(64, M)).
@@ -119,6 +129,7 @@ RULES: dict[str, str] = {
     "sm90.pingpong-tile-m": "pingpong: tile M is 64 or 128",
     "sm90.warpspecialized-tile-m": "warpspecialized: tile M is 64 or 128",
     "sm90.tile-n": "tile N is a multiple of 16 from 16 to 256",
+    "sm90.accumulator-registers": "tile M x N accumulators per MMA thread fit its registers (240; 255 warpspecialized)",
     "sm90.tile-k": "tile K x element bytes is 64, 128 or 256",
     "sm90.cluster-shape": "cluster M and N in 1, 2, 4, 8 and cluster K = 1",
     "sm90.cluster-size": "cluster M x N <= 8",
@@ -144,6 +155,29 @@ RULES: dict[str, str] = {
 }
 
 # --- helpers ---------------------------------------------------------------------------------------------
+
+
+def _check_accumulator_registers(kernel, schedule: Schedule, auto_note: str) -> list[Diagnostic]:
+    """``sm90.accumulator-registers``: the tile's accumulators per MMA thread, against :data:`MMA_REGISTERS`."""
+    tile_m, tile_n, _ = kernel.tile
+    threads, budget = MMA_THREADS[schedule], MMA_REGISTERS[schedule]
+    regs = tile_m * tile_n * max(kernel.accum.bytes, 1) // (threads * 4)
+    if regs <= budget:
+        return []
+
+    def fits(m: int, n: int) -> bool:
+        return m * n * max(kernel.accum.bytes, 1) // (threads * 4) <= budget
+
+    tile_ms = COOPERATIVE_TILE_M if schedule is Schedule.cooperative else WARPSPECIALIZED_TILE_M
+    widest = max((n for n in range(TILE_N_MULTIPLE, tile_n, TILE_N_MULTIPLE) if fits(tile_m, n)), default=None)
+    valid = [f"{m}x{tile_n}x{kernel.tile[2]}" for m in tile_ms if m < tile_m and fits(m, tile_n)]
+    valid += [f"{tile_m}x{widest}x{kernel.tile[2]}"] if widest else []
+    hint = ("; schedule cooperative splits it over two warpgroups" if schedule is not Schedule.cooperative else "")
+    return [_diag("sm90.accumulator-registers",
+                  f"tile {_spell(kernel.tile)} with schedule {schedule.value}{auto_note}: its {kernel.accum.value} "
+                  f"accumulators take {regs} registers per thread of the {threads} that hold them, over the "
+                  f"{budget} a thread of an MMA warpgroup gets, so the kernel would spill (it compiles, and runs "
+                  f"many times slower){hint}", _pos(kernel, "tile"), tuple(valid))]
 
 
 def _with_tile_m(tile, tile_ms) -> tuple[str, ...]:
@@ -502,6 +536,8 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
                          f"from {TILE_N_MULTIPLE} to {TILE_N_MAX} (one wgmma is at most 256 wide)",
                          _pos(kernel, "tile"), range(TILE_N_MULTIPLE, TILE_N_MAX + 1, TILE_N_MULTIPLE)))
         tile_ok = False
+    if tile_ok:
+        out += _check_accumulator_registers(kernel, schedule, auto_note)
     tile_k_diags = _common.check_tile_k(kernel, "sm90")
     out += tile_k_diags
     tile_ok = tile_ok and not tile_k_diags
