@@ -132,3 +132,10 @@ def test_cache_dir_override(monkeypatch, tmp_path):
     monkeypatch.delenv("UCUTLASS_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
     assert build.cache_dir() == tmp_path / "x" / "ucutlass"
+
+
+def test_cache_files_are_readable_by_others(tmp_path):
+    # mkstemp creates 0600; a .cu or .so copied out of the cache (`compile -o`) keeps its mode
+    path = tmp_path / "entry" / "kernel.cu"
+    build._write_atomic(path, "// x\n")
+    assert path.read_text() == "// x\n" and (path.stat().st_mode & 0o777) == 0o644

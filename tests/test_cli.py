@@ -143,6 +143,26 @@ def test_check_json_counts_a_concrete_kernel_as_one_combination(capsys, tmp_path
     assert rc == 1 and counts == {"k1": (1, 0), "k2": (2, 2), "k3": (1, 0), "k4": (1, 1)}
 
 
+def test_compile_all_writes_each_distinct_kernel_once(capsys, tmp_path):
+    # the attention problem's spec: 24 legal combinations, 18 kernels (pingpong with persistent auto or true)
+    spec = REPO / "problems" / "gqa_attention_llama3_1_8b" / "kernel.ucut"
+    rc, _, err = run(capsys, "compile", str(spec), "--all", "--emit-only", "-o", str(tmp_path))
+    assert rc == 0, err
+    assert len(list(tmp_path.glob("*.cu"))) == 18 and "24 legal combinations make 18 distinct kernels" in err
+
+
+def test_a_missing_or_unreadable_file_is_one_line(capsys, tmp_path):
+    rc, out, err = run(capsys, "check", str(tmp_path / "nope.ucut"))
+    assert rc == 1 and err.strip() == f"error: {tmp_path / 'nope.ucut'}: no such file"
+    rc, _, err = run(capsys, "check", str(tmp_path))
+    assert rc == 1 and "is a folder" in err and "Traceback" not in err
+    (tmp_path / "bin.ucut").write_bytes(b"\xff\xfe\x00")
+    rc, _, err = run(capsys, "check", str(tmp_path / "bin.ucut"))
+    assert rc == 1 and "not a text file" in err
+    rc, _, err = run(capsys, "problems", "--problems", str(tmp_path / "none"))
+    assert rc == 1 and "no such folder" in err
+
+
 def test_compile_with_open_choices_says_how_to_resolve(capsys):
     rc, _, err = run(capsys, "compile", str(SPEC), "--emit-only")
     assert rc == 1

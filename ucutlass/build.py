@@ -224,6 +224,7 @@ def _write_atomic(path: Path, data: bytes | str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would make copies (`compile -o`) private to their owner
     os.replace(tmp, path)
 
 

@@ -25,7 +25,14 @@ def _problems_arg(p: argparse.ArgumentParser) -> None:
 def _load_program(path: str):
     from .dsl import parse_file
 
-    return parse_file(path)
+    try:
+        return parse_file(path)
+    except FileNotFoundError:
+        raise UcutError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UcutError(f"{path} is a folder; give a .ucut file") from None
+    except UnicodeDecodeError as e:
+        raise UcutError(f"{path}: not a text file ({e.reason} at byte {e.start})") from None
 
 
 def _require_kernel(program, name: str | None, command: str) -> None:
@@ -174,11 +181,10 @@ def _served_in_dispatch(program, kernel, extents: list[dict]) -> list[dict] | No
 # --- compile -------------------------------------------------------------------------------------------
 
 def cmd_compile(args) -> int:
+    from .arch import canonical
     from .build import build_kernels, raise_for
     from .codegen import render
-    from .dsl import legal_combinations
-
-    from .dsl import check
+    from .dsl import check, legal_combinations
 
     program = _load_program(args.file)
     _require_kernel(program, args.kernel, "compile")
@@ -189,9 +195,18 @@ def cmd_compile(args) -> int:
             continue
         if kernel.choices() and args.all:
             legal, _ = legal_combinations(kernel)
+            seen = set()
             for picks in legal:
-                kernels.append(kernel.resolve(picks))
+                resolved = kernel.resolve(picks)
+                if canonical(resolved).digest() in seen:  # an auto setting made it a kernel listed before
+                    continue
+                seen.add(canonical(resolved).digest())
+                kernels.append(resolved)
                 sources.append(program.resolve({f"{kernel.name}.{k}": v for k, v in picks.items()}).source)
+            if len(seen) < len(legal):
+                print(f"{kernel.name}: {len(legal)} legal combinations make {len(seen)} distinct kernels (an auto "
+                      "setting makes the others the same kernel as one listed before; they are skipped)",
+                      file=sys.stderr)
         elif kernel.choices():
             open_ = "; ".join(f"{k} = {{{', '.join(c.spellings)}}}" for k, c in kernel.choices().items())
             open_errors.append(f"{args.file}: kernel {kernel.name} has open choices ({open_}); pick with --pick "
@@ -273,6 +288,9 @@ def cmd_calibrate(args) -> int:
 def cmd_problems(args) -> int:
     from .problem import list_problems, load_problem
 
+    for d in args.problems:
+        if not Path(d).is_dir():
+            raise UcutError(f"--problems {d}: no such folder")
     for pid, path in list_problems(args.problems):
         p = load_problem(path)
         spec = "kernel.ucut" if p.spec_path else "no spec"
@@ -536,6 +554,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `ucutlass check --json | head`
         sys.stderr.close()
         return 0
+    except FileNotFoundError as e:  # a path given on the command line (a solution, a spec, a workload file)
+        print(f"error: {e.filename or e}: no such file", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted; finished trials are saved in the study storage, run the same command to resume",
               file=sys.stderr)
