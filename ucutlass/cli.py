@@ -198,9 +198,10 @@ def cmd_compile(args) -> int:
             seen = set()
             for picks in legal:
                 resolved = kernel.resolve(picks)
-                if canonical(resolved).digest() in seen:  # an auto setting made it a kernel listed before
+                identity = canonical(resolved).digest()
+                if identity in seen:  # an auto setting made it a kernel listed before
                     continue
-                seen.add(canonical(resolved).digest())
+                seen.add(identity)
                 kernels.append(resolved)
                 sources.append(program.resolve({f"{kernel.name}.{k}": v for k, v in picks.items()}).source)
             if len(seen) < len(legal):
