@@ -181,10 +181,9 @@ def _served_in_dispatch(program, kernel, extents: list[dict]) -> list[dict] | No
 # --- compile -------------------------------------------------------------------------------------------
 
 def cmd_compile(args) -> int:
-    from .arch import canonical
     from .build import build_kernels, raise_for
     from .codegen import render
-    from .dsl import check, legal_combinations
+    from .dsl import check, distinct_combinations, legal_combinations
 
     program = _load_program(args.file)
     _require_kernel(program, args.kernel, "compile")
@@ -195,18 +194,13 @@ def cmd_compile(args) -> int:
             continue
         if kernel.choices() and args.all:
             legal, _ = legal_combinations(kernel)
-            seen = set()
-            for picks in legal:
-                resolved = kernel.resolve(picks)
-                identity = canonical(resolved).digest()
-                if identity in seen:  # an auto setting made it a kernel listed before
-                    continue
-                seen.add(identity)
-                kernels.append(resolved)
+            distinct = distinct_combinations(kernel, legal)
+            for picks in distinct:
+                kernels.append(kernel.resolve(picks))
                 sources.append(program.resolve({f"{kernel.name}.{k}": v for k, v in picks.items()}).source)
-            if len(seen) < len(legal):
-                print(f"{kernel.name}: {len(legal)} legal combinations make {len(seen)} distinct kernels (an auto "
-                      "setting makes the others the same kernel as one listed before; they are skipped)",
+            if len(distinct) < len(legal):
+                print(f"{kernel.name}: {len(legal)} legal combinations make {len(distinct)} distinct kernels (an "
+                      "auto setting makes the others the same kernel as one listed before; they are skipped)",
                       file=sys.stderr)
         elif kernel.choices():
             open_ = "; ".join(f"{k} = {{{', '.join(c.spellings)}}}" for k, c in kernel.choices().items())

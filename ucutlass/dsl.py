@@ -50,7 +50,7 @@ from .ir import (Acc, Binary, Cast, Choice, Const, DType, EpilogueInput, Epilogu
                  Layout, Operand, Pos, Program, Ref, Schedule, Src, Target, TileScheduler, Unary)
 
 __all__ = [
-    "parse", "parse_file", "check", "legal_combinations",
+    "parse", "parse_file", "check", "legal_combinations", "distinct_combinations",
     "FAMILIES", "TARGETS", "DTYPES", "LAYOUTS", "SCHEDULES", "SCHEDULERS", "RASTERS", "ACTIVATIONS", "REDUCTIONS", "FUNCTIONS", "SETTINGS",
     "DEFAULTS", "ERROR_CODES", "OPERAND_DIMS", "EPILOGUE_DIMS", "KEYWORDS", "SettingSpec",
 ]
@@ -1384,6 +1384,17 @@ def legal_combinations(kernel: GemmKernel, extents: Mapping[str, int] | None = N
     return legal, rejected
 
 
+def distinct_combinations(kernel: GemmKernel, picks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Of ``picks`` (e.g. the ``legal`` of :func:`legal_combinations`), the first of each kernel: combinations
+    that :func:`ucutlass.arch.canonical` makes equal (an ``auto`` setting the rules decide) build one kernel."""
+    from .arch import canonical
+
+    first: dict[str, Mapping[str, Any]] = {}
+    for p in picks:
+        first.setdefault(canonical(kernel.resolve(p)).digest(), p)
+    return list(first.values())
+
+
 def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | None = None) -> list[Diagnostic]:
     """Run the architecture rules on a program or one kernel.
 
@@ -1400,7 +1411,7 @@ def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | 
     Returns:
         The diagnostics; no ``error`` among them means every kernel (or some combination) is legal.
     """
-    from .arch import canonical, check_kernel
+    from .arch import check_kernel
 
     kernels = program_or_kernel.kernels if isinstance(program_or_kernel, Program) else (program_or_kernel,)
     out: list[Diagnostic] = []
@@ -1425,7 +1436,7 @@ def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | 
         targets = kernel.target.options if isinstance(kernel.target, ir.Choice) else (kernel.target,)
         rules = "/".join(t.value for t in targets)
         message = f"{len(legal)} of {total} combinations of the open choices ({keys}) pass the {rules} rules"
-        distinct = len({canonical(kernel.resolve(p)).digest() for p in legal})
+        distinct = len(distinct_combinations(kernel, legal))
         if distinct < len(legal):
             message += f" ({distinct} distinct kernels: an auto setting makes some combinations the same kernel)"
         if counts:
