@@ -1,11 +1,13 @@
 """The grader: checks a solution against a problem's reference and times both, one workload at a time.
 
 Trust boundary: the parent (this process) generates inputs, allocates and poisons the output buffers,
-runs the reference and the ground truth, and compares; the candidate runs in a spawned worker process
-(:mod:`.worker`) that sees only shared inputs and the output buffers it must write. The reference is timed
-in a second worker of its own through the same path, and its time is cached per workload for the
-grader's lifetime. Workers persist across ``grade()`` calls and solutions; a worker that crashes, hangs,
-or trips a guard is killed and replaced.
+and compares; the candidate runs in a worker process (:mod:`.worker`, below a supervisor that owns its
+process tree, confined by :mod:`.sandbox`) that sees only shared inputs and the output buffers it must
+write. The problem's own code — its reference ``run()``, the ground truth, a custom input generator, and
+the reference's timing — runs in a second worker of its own, with the same deadlines: a reference that
+hangs or exits is a broken problem (:class:`GraderError`), never every candidate failing, and no problem
+code runs in this process. Workers persist across ``grade()`` calls and solutions; a worker that crashes,
+hangs, or trips a guard is killed (with every process it started) and replaced.
 
 Order matters for what a candidate could read: the parent computes reference outputs only *after* the
 candidate's request has returned and its outputs have been copied out, so no expected output exists in
@@ -18,6 +20,7 @@ import atexit
 import dataclasses
 import hashlib
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -28,10 +31,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ucutlass.problem import Problem, Workload, torch_dtype
 
-from .accuracy import ACCURACY_FACTOR, check_accuracy, ground_truth
+from .accuracy import ACCURACY_FACTOR, check_accuracy
 from .check import compare, empty_poisoned
 from .errors import GraderError
 from .guards import wall_verdict
+from .sandbox import run_delay_seconds
 from .inputs import (
     ALL_VARIANTS,
     NORMAL,
@@ -45,12 +49,17 @@ from .inputs import (
     variants_for,
 )
 from .results import Correctness, Performance, Status, WorkloadResult, collect_environment
-from .solutions import SolutionRef, reference_solution
+from .solutions import SolutionRef, build_cache_dir, reference_solution
 from .timing import MAX_REPS, MIN_REPS, REP_MS, WARMUP_MS, BenchParams, LatencyStats, latency_stats, reps_for
 from .worker import Reply, Worker
 
 #: Default limit for one request to a worker (a load, one correctness call, one timing run's base).
 TIMEOUT_S = 60.0
+#: Default limit on the time one solution's requests may take in all, over all the workloads of one grade().
+SOLUTION_TIMEOUT_S = 1800.0
+#: Problem files copied into each worker's scratch folder, and kept (to restore) after their digest, up
+#: to this size in all.
+PROBLEM_COPY_BYTES = 64 << 20
 #: Starting a worker (spawn, import torch, set up the device) may take this long.
 START_TIMEOUT_S = 180.0
 #: Input sets rotated among in timing, at most, and the memory they may take together.
@@ -162,6 +171,11 @@ class Grader:
             says ``"rescale_inputs": false``).
         accuracy: check outputs against a float64 ground truth (INCORRECT_ACCURACY).
         wall_check: time batches of calls with the parent's clock (UNTIMED_WORK).
+        solution_timeout_s: limit on the time all of one solution's requests take together within one
+            :meth:`grade` (the per-request ``timeout_s`` still holds for each); past it the remaining
+            workloads are TIMEOUT.
+        confine: confine the workers (:mod:`.sandbox`: Landlock, a user namespace). Off only to see what
+            holds without it; ``$UCUTLASS_GRADER_CONFINE=0`` sets the default.
 
     Example:
         >>> with Grader(find_problem("gemm_bias")) as g:                      # doctest: +SKIP
@@ -180,7 +194,8 @@ class Grader:
                  min_reps: int = MIN_REPS, max_reps: int = MAX_REPS, start_timeout_s: float | None = None,
                  fresh_worker: bool = False, variants: Sequence[str] | None = None,
                  unlisted_shapes: bool | None = None, rescale_inputs: bool | None = None, accuracy: bool = True,
-                 wall_check: bool = True):
+                 wall_check: bool = True, solution_timeout_s: float = SOLUTION_TIMEOUT_S,
+                 confine: bool | None = None):
         import torch
 
         self.variants = tuple(variants) if variants is not None else variants_for(problem)
@@ -218,8 +233,9 @@ class Grader:
         self.rescale_inputs = bool(opts.get("rescale_inputs", True) if rescale_inputs is None else rescale_inputs)
         self.accuracy = bool(accuracy)
         self.wall_check = bool(wall_check)
+        self.solution_timeout_s = float(solution_timeout_s)
+        self.confine = (os.environ.get("UCUTLASS_GRADER_CONFINE", "1") != "0") if confine is None else bool(confine)
         self._routing = routing_inputs(problem)
-        self._ref_module = problem.reference_module()
         self._ref_times: dict[str, LatencyStats] = {}
         self._workers: dict[str, Worker | None] = {"candidate": None, "reference": None}
         self._last_solution: str | None = None
@@ -228,6 +244,8 @@ class Grader:
         self._tmp = Path(tempfile.mkdtemp(prefix="ucutlass-grader-"))
         self._spawned = 0
         self._closed = False
+        self._budget: dict[str, float] = {"used": 0.0}
+        self._problem_files = _snapshot_files(Path(problem.path))
         _LIVE.add(self)
 
     # --- lifecycle -------------------------------------------------------------------------------------
@@ -245,12 +263,14 @@ class Grader:
             pass
 
     def close(self) -> None:
-        """Stop the workers and remove their logs. The grader cannot be used afterwards."""
+        """Stop the workers (and every process they started) and remove their scratch folders and logs.
+        The grader cannot be used afterwards."""
         if getattr(self, "_closed", True):
             return
         self._closed = True
         for role in list(self._workers):
             self._discard(role, replace=False)
+        self._problem_files_changed()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def environment(self) -> dict:
@@ -262,9 +282,26 @@ class Grader:
     # --- workers ---------------------------------------------------------------------------------------
 
     def _spawn(self, role: str) -> Worker:
+        """A new worker in a fresh scratch folder that holds a copy of the problem's files."""
         self._spawned += 1
         log = self._tmp / f"{role}-{self._spawned}.log"
-        return Worker(self.problem, str(self.device), log, role)
+        scratch = self._tmp / f"{role}-{self._spawned}"
+        copy = scratch / "problem"
+        for sub in ("tmp", "cache", "problem"):
+            (scratch / sub).mkdir(parents=True, exist_ok=True)
+        for name, (_, data) in self._problem_files.items():
+            if data is not None:
+                (copy / name).write_bytes(data)
+        spec = copy / self.problem.spec_path.name if self.problem.spec_path is not None else None
+        problem = dataclasses.replace(self.problem, path=copy,
+                                      spec_path=spec if spec is not None and spec.is_file() else None)
+        build = build_cache_dir()
+        try:
+            build.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass
+        return Worker(problem, str(self.device), log, role, scratch=scratch, writable=("/dev", str(build)),
+                      env=_worker_env(scratch), confine=self.confine)
 
     def _discard(self, role: str, replace: bool = True) -> None:
         """Stop a role's worker; with ``replace`` start its successor now, so it boots in the background."""
@@ -293,12 +330,32 @@ class Grader:
         return w
 
     def worker_info(self, role: str = "candidate") -> dict:
-        """What a worker reports about itself (pid, device, L2 size, flush-buffer size, guards)."""
-        r = self._worker(role).request({"op": "info"}, self.timeout_s)
+        """What a worker reports about itself (pid, device, L2 size, flush-buffer size, guards) and how it
+        is isolated (``confinement``: :meth:`.sandbox.Confinement.to_json`, ``user_namespace``, its
+        supervisor's pid and its scratch folder)."""
+        w = self._worker(role)
+        r = w.request({"op": "info"}, self.timeout_s)
         if not r.ok:
             self._after_failure(role, r)
             raise GraderError(f"{role} worker: {r.reason}")
-        return r.data
+        return {**r.data, "confinement": w.info.get("confinement"), "user_namespace": w.userns,
+                "supervisor_pid": w.supervisor_pid, "scratch": str(w.scratch)}
+
+    def _ask(self, worker: Worker, msg: dict, timeout: float) -> Reply:
+        """One request of the candidate's, within both deadlines: ``timeout`` and what is left of the
+        solution's (``solution_timeout_s`` over all its requests in this :meth:`grade`)."""
+        left = self.solution_timeout_s - self._budget["used"]
+        if left <= 0:
+            return Reply(False, Status.TIMEOUT.value, f"the solution's deadline passed: its requests took "
+                         f"{self._budget['used']:.1f} s of the {self.solution_timeout_s:g} s it may take in all")
+        t0 = time.monotonic()
+        r = worker.request(msg, min(timeout, left))
+        self._budget["used"] += time.monotonic() - t0
+        self._budget["printed"] = self._budget.get("printed", 0) + r.log_bytes
+        if not r.ok and r.status == Status.TIMEOUT.value and left < timeout:
+            r.reason += (f" (the solution's deadline: {self.solution_timeout_s:g} s for all its requests in one "
+                         "grade)")
+        return r
 
     def _after_failure(self, role: str, r: Reply) -> None:
         if r.dead:
@@ -314,7 +371,19 @@ class Grader:
         return int.from_bytes(hashlib.sha256(blob.encode()).digest()[:4], "little") & 0x7FFFFFFF
 
     def _make_inputs(self, workload: Workload, seed: int, variant: str = NORMAL) -> dict[str, Any]:
-        priv = self.problem.make_inputs(workload, device=self.device, seed=seed, module=self._ref_module)
+        """One input set: the definition's generators here, or the problem's own (custom) generator in the
+        reference worker; then the distribution ``variant``.
+
+        Raises:
+            GraderError: the problem's generator fails, hangs or exits (a broken problem).
+        """
+        if self.problem.custom_inputs_entrypoint:
+            what = f"making the inputs of {workload.label()}"
+            priv = self._fetch(self._problem_request({"op": "inputs", "workload": workload, "seed": int(seed)},
+                                                     what), what)
+            priv = {n: priv[n] for n in self.problem.inputs if n in priv}
+        else:
+            priv = self.problem.make_inputs(workload, device=self.device, seed=seed)
         return apply_variant(priv, variant, seed, self._routing) if variant != NORMAL else priv
 
     def _inputs(self, workload: Workload, seed: int, variant: str = NORMAL) -> tuple[dict[str, Any], list[Any]]:
@@ -332,15 +401,60 @@ class Grader:
         return [self._share(empty_poisoned(shapes[n] or (), torch_dtype(s.dtype), self.device))
                 for n, s in self.problem.outputs.items()]
 
-    def _reference(self, inputs: Mapping[str, Any], workload: Workload) -> dict[str, Any]:
-        """The reference's outputs (in this process), checked against the definition's shapes."""
+    def _problem_request(self, msg: dict, what: str) -> Reply:
+        """One request of the problem's own code to the reference worker (its reference ``run()``, the
+        ground truth, its custom input generator), with the grader's deadline.
+
+        Raises:
+            GraderError: the code raised, hung past ``timeout_s``, exited or crashed: a broken problem,
+                never a failure of the candidate being graded.
+        """
+        r = self._worker("reference").request(msg, self.timeout_s)
+        if r.ok:
+            return r
+        self._after_failure("reference", r)
+        if r.status == Status.RUNTIME_ERROR.value:
+            raise GraderError(f"{self.problem.id}: the problem's code fails {what}: {r.reason}")
+        if r.status == Status.TIMEOUT.value:
+            why = f"did not finish within {self.timeout_s:g} s (it hangs, or needs a longer timeout_s)"
+        elif r.status == Status.CRASHED.value:
+            why = f"ended the process that ran it ({r.reason})"
+        else:
+            why = f"failed ({r.status}: {r.reason})"
+        raise GraderError(f"{self.problem.id}: broken problem: its own code {why} {what}\n{r.log}".rstrip())
+
+    def _fetch(self, r: Reply, what: str) -> dict[str, Any]:
+        """Copy what a ``reference``/``inputs`` request left in the reference worker into tensors of this
+        process (numbers come in the reply), by name in the order the reply gave."""
         import torch
 
-        try:
-            out = self.problem.run_reference(inputs, module=self._ref_module)
-        except Exception as e:
-            raise GraderError(f"{self.problem.id}: the reference fails on workload {workload.label()}: "
-                              f"{type(e).__name__}: {e}") from e
+        described = r.data.get("outputs") or {}
+        values: dict[str, Any] = {}
+        buffers = {}
+        for name, d in described.items():
+            if "value" in d:
+                values[name] = d["value"]
+                continue
+            t = torch.empty(tuple(int(x) for x in d["shape"]), dtype=torch_dtype(str(d["dtype"])), device=self.device)
+            buffers[name] = values[name] = self._share(t)
+        if buffers:
+            self._problem_request({"op": "fetch", "buffers": buffers}, what)
+            self._sync()
+        return values
+
+    def _reference(self, inputs: Mapping[str, Any], workload: Workload) -> dict[str, Any]:
+        """The reference's outputs (run in the reference worker), checked against the definition's shapes.
+
+        Raises:
+            GraderError: the reference fails, hangs or exits, or returns the wrong outputs.
+        """
+        import torch
+
+        what = f"on workload {workload.label()}"
+        shared = [self._share(v.detach().clone()) if _is_tensor(v) else v for v in inputs.values()]
+        self._sync()
+        out = self._fetch(self._problem_request({"op": "reference", "inputs": shared, "upcast": False}, what), what)
+        del shared
         shapes = self.problem.output_shapes(workload)
         for name in self.problem.outputs:
             if name not in out:
@@ -352,6 +466,17 @@ class Grader:
                                   f"the definition says {want}")
             out[name] = ref
         return out
+
+    def _truth(self, inputs: Mapping[str, Any], workload: Workload) -> tuple[dict[str, Any] | None, str]:
+        """The ground truth (:func:`.accuracy.ground_truth`, run in the reference worker): outputs by name
+        or None, and the dtype used or why there is none."""
+        what = f"computing the ground truth of {workload.label()}"
+        shared = [self._share(v.detach().clone()) if _is_tensor(v) else v for v in inputs.values()]
+        self._sync()
+        r = self._problem_request({"op": "reference", "inputs": shared, "upcast": True}, what)
+        del shared
+        how = str(r.data.get("how", ""))
+        return (self._fetch(r, what) if r.data.get("truth") else None), how
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -489,10 +614,16 @@ class Grader:
             self._discard("candidate", replace=True)
         self._last_solution = key
         self._graded[key] += 1
+        self._budget["used"] = 0.0
         nonce = f"{key}/{self._graded[key]}"
         results = []
         for i, wl in enumerate(wls):
             res = self._grade_workload(solution, wl, timed, nonce)
+            changed = self._problem_files_changed()
+            if changed:  # the candidate got past the confinement (or there was none): never a pass
+                res = dataclasses.replace(res, status=Status.TAMPERED, reason=(
+                    f"the candidate rewrote the problem's files ({', '.join(changed)}); they were restored from "
+                    "the copy taken when the grader started"))
             results.append(res)
             if self.progress is not None:
                 self.progress({"event": "workload", "solution": solution.name, "workload": wl.uuid,
@@ -500,9 +631,41 @@ class Grader:
                                "latency_ms": res.latency_ms, "result": res})
         return results
 
+    def _problem_files_changed(self) -> list[str]:
+        """The problem's files whose digest differs from the grader's start, and files added beside them.
+
+        A changed file is restored where the grader kept its content; what it held is kept beside it as
+        ``NAME.changed-TIME`` (nothing is lost if it was the user's own edit). Added files are left alone.
+        """
+        folder = Path(self.problem.path)
+        now = _snapshot_files(folder)
+        changed = []
+        for name in sorted(set(now) | set(self._problem_files)):
+            before = self._problem_files.get(name)
+            after = now.get(name)
+            if before is not None and after is not None and before[0] == after[0]:
+                continue
+            changed.append(name)
+            if before is None or before[1] is None:
+                continue
+            try:
+                path = folder / name
+                if path.exists():
+                    os.replace(path, folder / f"{name}.changed-{time.strftime('%Y%m%d-%H%M%S')}")
+                path.write_bytes(before[1])
+            except OSError:
+                pass
+        if changed:  # report an added file (and the kept copies) once
+            for n, v in _snapshot_files(folder).items():
+                self._problem_files.setdefault(n, (v[0], None))
+        return changed
+
     def _result(self, solution: SolutionRef, wl: Workload, status: Status, reason: str = "", log: str = "",
                 correctness: Correctness | None = None, performance: Performance | None = None,
                 checks: Mapping[str, Any] | None = None) -> WorkloadResult:
+        printed = int(self._budget.pop("printed", 0))
+        if printed:  # what the candidate printed; the log keeps its start and end of each request
+            checks = {**(checks or {}), "output_bytes": printed}
         text = "\n".join(x for x in (reason, log.strip()) if x)
         if len(text) > LOG_CHARS:
             text = text[:LOG_CHARS // 4] + "\n…\n" + text[-(LOG_CHARS * 3 // 4):]
@@ -533,7 +696,7 @@ class Grader:
 
         try:
             worker = self._worker("candidate")
-            r = worker.request({"op": "load", "solution": solution}, self.timeout_s)
+            r = self._ask(worker, {"op": "load", "solution": solution}, self.timeout_s)
             if not r.ok:
                 raise self._reply_failure(r, "loading the solution")
             logs.append(r.log)
@@ -541,7 +704,7 @@ class Grader:
             if not timed:
                 return self._result(solution, wl, Status.PASSED, "", _join(logs), correctness(), None, checks)
             worker = self._worker("candidate")  # a new one if a skipped unlisted-shape trial killed it
-            r = worker.request({"op": "load", "solution": solution}, self.timeout_s)
+            r = self._ask(worker, {"op": "load", "solution": solution}, self.timeout_s)
             if not r.ok:
                 raise self._reply_failure(r, "loading the solution")
             perf = self._timing(worker, solution, wl, nonce, call_ms, tally, checks, stage, logs)
@@ -610,7 +773,7 @@ class Grader:
         shared = [self._share(v.detach().clone()) if _is_tensor(v) else v for v in priv.values()]
         outs = self._outputs(wl)
         self._sync()
-        r = worker.request({"op": "call", "key": solution.key(), "inputs": shared, "outputs": outs}, self.timeout_s)
+        r = self._ask(worker, {"op": "call", "key": solution.key(), "inputs": shared, "outputs": outs}, self.timeout_s)
         if not r.ok:
             raise self._reply_failure(r, label)
         logs.append(r.log)
@@ -639,7 +802,7 @@ class Grader:
             raise _Fail(Status.INCORRECT_NUMERICAL, f"{label}: {reason}", with_correctness=True)
         if not self.accuracy:
             return
-        truth, how = ground_truth(self.problem, self._ref_module, inputs)
+        truth, how = self._truth(inputs, wl)
         tally.acc["ground_truth"] = how
         for name, buf in zip(self.problem.outputs, got):
             a = check_accuracy(buf, ref[name], truth.get(name) if truth else None, name)
@@ -665,7 +828,7 @@ class Grader:
         key = solution.key()
         sets = self._timing_sets(wl, "timing", nonce, keep_private=True)
         plan = self._plan(wl, "timing", nonce, sets)
-        r = worker.request({"op": "bench", "key": key, "sets": [s.payload() for s in sets],
+        r = self._ask(worker, {"op": "bench", "key": key, "sets": [s.payload() for s in sets],
                             "params": dataclasses.asdict(self.params), "plan": plan},
                            self._bench_timeout(call_ms))
         if not r.ok:
@@ -726,33 +889,44 @@ class Grader:
               logs: list[str]) -> dict:
         """Batches of (prepare, flush[, call], device-wide sync) timed with this process's clock.
 
-        Up to WALL_ATTEMPTS rounds; the first round that agrees with the events ends the check. Host noise
-        (another process's compile, a page fault, the IPC round trip) only ever adds wall time and comes and
-        goes; work hidden from the events is there in every round, so only a disagreement in all rounds is
-        UNTIMED_WORK.
+        Load: a batch's time is what this clock measured *less the time the worker was preempted* (its
+        run delay, which the kernel counts: :func:`.sandbox.run_delay_seconds` — of the main thread, which
+        runs the loop, on CUDA; of all threads on the CPU, where torch's intra-op threads share the call).
+        A machine busy compiling (a tune does) preempts the worker for whole time slices, ms at a time; that
+        is host noise, not work, and the kernel's own count of it cannot be forged by the candidate. What is
+        left — a slower host path — comes and goes too: up to WALL_ATTEMPTS rounds, the first that agrees
+        with the events ends the check; work hidden from the events is there in every round, so only a
+        disagreement in all rounds is UNTIMED_WORK.
         """
         n = int(min(max(math.ceil(WALL_MS / max(estimate_ms, 1e-3)), WALL_MIN_CALLS), WALL_MAX_CALLS))
         timeout = self.timeout_s + 3.0 * n * max(estimate_ms, 0.0) / 1e3
+        threads = self.device.type != "cuda"
         rounds = []
+        preempted_total = 0.0
         for _ in range(WALL_ATTEMPTS):
             base, cand = [], []
             for _ in range(WALL_REPEATS):
                 for with_call, into in ((False, base), (True, cand)):
+                    d0 = run_delay_seconds(worker.pid, threads) if worker.pid else None
                     t0 = time.perf_counter()
-                    r = worker.request({"op": "wall", "key": key, "n": n, "call": with_call}, timeout)
+                    r = self._ask(worker, {"op": "wall", "key": key, "n": n, "call": with_call}, timeout)
                     dt = (time.perf_counter() - t0) * 1e3
+                    d1 = run_delay_seconds(worker.pid, threads) if worker.pid else None
                     if not r.ok:
                         raise self._reply_failure(r, "wall-clock check")
                     if r.log.strip():
                         logs.append(r.log)
-                    into.append(dt)
+                    preempted = max((d1 - d0) * 1e3, 0.0) if d0 is not None and d1 is not None else 0.0
+                    preempted_total += preempted
+                    into.append(max(dt - preempted, 0.0))
             per_call = max(min(cand) - min(base), 0.0) / n
             ok, escaped, allowed = wall_verdict(per_call, event_median_ms, self.device.type)
             rounds.append({"baseline_ms": min(base), "with_calls_ms": min(cand), "per_call_ms": per_call})
             if ok:
                 break
         return {"calls": n, "batches": WALL_REPEATS, **rounds[-1], "event_median_ms": event_median_ms,
-                "escaped_ms": escaped, "allowed_ms": allowed, "ok": ok, "rounds": len(rounds)}
+                "escaped_ms": escaped, "allowed_ms": allowed, "ok": ok, "rounds": len(rounds),
+                "preempted_ms": preempted_total}
 
     def _t_sol(self, wl: Workload, logs: list[str]) -> float | None:
         if self.t_sol_ms is None:
@@ -763,6 +937,38 @@ class Grader:
         except Exception as e:  # a T_SOL model that fails leaves the measurement standing
             logs.append(f"T_SOL unavailable: {type(e).__name__}: {e}")
             return None
+
+
+def _worker_env(scratch: Path) -> dict[str, str]:
+    """A worker's environment: this process's, with every cache and temporary folder a library writes to
+    moved into the worker's scratch folder (the only one it may write besides /dev and the build cache)."""
+    env = dict(os.environ)
+    tmp, cache = str(scratch / "tmp"), scratch / "cache"
+    env.update(TMPDIR=tmp, TMP=tmp, TEMP=tmp, XDG_CACHE_HOME=str(cache), TRITON_HOME=str(cache / "triton"),
+               TRITON_CACHE_DIR=str(cache / "triton" / "cache"), TORCH_EXTENSIONS_DIR=str(cache / "torch_extensions"),
+               TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), CUDA_CACHE_PATH=str(cache / "nv"),
+               PYTHONDONTWRITEBYTECODE="1", TORCHINDUCTOR_COMPILE_THREADS="1")  # torch.compile: no worker pool
+    return env
+
+
+def _snapshot_files(folder: Path) -> dict[str, tuple[str, bytes | None]]:
+    """``{name: (sha256, content)}`` of the regular files in a problem's folder (content kept up to
+    :data:`PROBLEM_COPY_BYTES` in all, so a rewritten file can be restored)."""
+    out: dict[str, tuple[str, bytes | None]] = {}
+    kept = 0
+    try:
+        entries = sorted(p for p in folder.iterdir() if p.is_file())
+    except OSError:
+        return out
+    for p in entries:
+        try:
+            data = p.read_bytes()
+        except OSError:
+            continue
+        keep = kept + len(data) <= PROBLEM_COPY_BYTES
+        kept += len(data) if keep else 0
+        out[p.name] = (hashlib.sha256(data).hexdigest(), data if keep else None)
+    return out
 
 
 def _replay(data: Mapping[str, Any], n_sets: int, params: BenchParams) -> tuple[dict, str]:

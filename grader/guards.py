@@ -4,7 +4,7 @@ Worker side (in the candidate's process, set up before any candidate code is imp
 
 - :class:`Integrity`: a snapshot of the functions that timing and replies rest on (``time.perf_counter``,
   ``torch.cuda.Event.elapsed_time``/``record``, ``torch.cuda.synchronize``, ``Tensor.zero_``, ``json.dumps``,
-  the pipe's ``send_bytes``, …), of every function, class and code object of the grader's own modules, and
+  …), of every function, class and code object of the grader's own modules (the channel's too), and
   of the trace/profile hooks. Anything replaced afterwards → TAMPERED. The grader also *binds* its timing
   primitives at start-up (:class:`ucutlass.grader.timing.Primitives`), so a patch has no effect on the
   measurement even before it is detected.
@@ -40,8 +40,8 @@ WATCHED: tuple[tuple[str, str], ...] = (
     ("json", "loads"), ("builtins", "sorted"), ("builtins", "len"), ("builtins", "min"), ("builtins", "max"),
     ("builtins", "sum"), ("builtins", "float"), ("builtins", "int"), ("builtins", "isinstance"),
     ("builtins", "range"), ("builtins", "zip"),
-    ("multiprocessing.connection.Connection", "send_bytes"), ("multiprocessing.connection.Connection", "recv"),
-    ("multiprocessing.connection.Connection", "_send_bytes"), ("multiprocessing.connection.Connection", "_send"),
+    ("socket.socket", "send"), ("socket.socket", "sendmsg"), ("socket.socket", "recv"),
+    ("socket.socket", "recvmsg"), ("select", "select"), ("pickle", "loads"),
     ("torch", "mul"), ("torch", "empty"), ("torch", "full"), ("torch", "equal"), ("torch", "as_tensor"),
     ("torch.Tensor", "zero_"), ("torch.Tensor", "copy_"), ("torch.Tensor", "fill_"), ("torch.Tensor", "clone"),
     ("torch.Tensor", "mul"), ("torch.Tensor", "to"), ("torch.Tensor", "float"), ("torch.Tensor", "data_ptr"),
@@ -57,7 +57,8 @@ WATCHED: tuple[tuple[str, str], ...] = (
 
 #: The grader's modules whose functions and classes must stay as imported.
 GRADER_MODULES = ("ucutlass.grader.timing", "ucutlass.grader.worker", "ucutlass.grader.guards",
-                  "ucutlass.grader.check", "ucutlass.grader.inputs", "ucutlass.grader.solutions")
+                  "ucutlass.grader.check", "ucutlass.grader.inputs", "ucutlass.grader.solutions",
+                  "ucutlass.grader.channel", "ucutlass.grader.sandbox")
 
 
 def _resolve(path: str):

@@ -48,6 +48,7 @@ class Status(str, enum.Enum):
     OUTPUT_ALIASED = "OUTPUT_ALIASED"            # a returned output shares memory with an input/output
     UNTIMED_WORK = "UNTIMED_WORK"                # the parent's wall clock saw work the events did not
     THREAD_SPAWNED = "THREAD_SPAWNED"            # a native thread outlived a load, call or timing run
+    PROCESS_SPAWNED = "PROCESS_SPAWNED"          # a process the candidate started outlived a request
     TAMPERED = "TAMPERED"                        # timing, grader or reply functions were replaced
 
     def __str__(self) -> str:
@@ -189,7 +190,8 @@ def _clean(x: Any) -> Any:
 
 #: Statuses given by a guard (a cheat caught in the act, not a wrong answer).
 GUARD_STATUSES = frozenset({Status.FASTER_THAN_SOL, Status.INPUT_MODIFIED, Status.OUTPUT_ALIASED,
-                            Status.UNTIMED_WORK, Status.THREAD_SPAWNED, Status.TAMPERED})
+                            Status.UNTIMED_WORK, Status.THREAD_SPAWNED, Status.PROCESS_SPAWNED,
+                            Status.TAMPERED})
 
 
 # --- summaries -----------------------------------------------------------------------------------------

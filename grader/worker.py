@@ -1,30 +1,41 @@
-"""The worker process a candidate (or the reference, in a worker of its own) runs in.
+"""The worker process a candidate (or the problem's reference, in a worker of its own) runs in.
 
-Parent side: :class:`Worker` spawns the process (``torch.multiprocessing``'s *spawn* context: never fork
-once CUDA is up), sends it requests and waits for a reply, the process's death, or a deadline — whichever
-comes first — so a crash or a hang is a result, not a dead grader.
+Parent side: :class:`Worker` starts a *supervisor* (:mod:`.supervisor`), which starts the worker in a session
+of its own and owns its whole process tree, and talks to the worker over one UNIX socket
+(:mod:`.channel`): a request goes out, and the parent waits for the reply, the worker's end (the
+supervisor reports it), or a deadline — whichever comes first — so a crash or a hang is a result, not a
+dead grader. After every reply the parent looks for processes the candidate left running below the
+supervisor (PROCESS_SPAWNED). Stopping a worker stops and kills everything below the supervisor.
 
-Child side: :func:`worker_main` sets up the device, warms up torch's thread pools and CUDA, binds the
-timing primitives and takes the guards' snapshots (:mod:`.guards`) — all before any candidate code is
-imported — then builds solutions with their loaders, calls them on tensors the parent owns and shares
-(CUDA IPC on the GPU, shared memory on the CPU), and times them with :mod:`.timing`.
+Child side: :func:`serve` reads its set-up (the problem, the device, the folders it may write), warms up
+torch's thread pools and CUDA, binds the timing primitives and takes the guards' snapshots
+(:mod:`.guards`), then confines itself (:func:`.sandbox.confine`: Landlock — writes only to its scratch
+folder and ``/dev``, no ptrace, and from Linux 6.12 no signals, outside its domain) — all before any
+candidate code is imported — then builds solutions with their loaders, calls them on tensors the parent
+owns and shares (CUDA IPC on the GPU, passed shared-memory descriptors on the CPU), and times them with
+:mod:`.timing`.
 
 Protocol: requests (parent → child) are pickled dicts, because they carry shared tensors; replies
 (child → parent) are JSON, so nothing the candidate's process sends is unpickled in the parent. A reply
 never says whether outputs are right: the parent reads the buffers itself, and times the ``wall``
 batches with its own clock.
 
-=========  ==========================================================  ====================================
-op         request fields                                              reply (``ok`` True)
-=========  ==========================================================  ====================================
-``info``   —                                                           pid, device, L2 and flush sizes, …
-``load``   ``solution`` (:class:`SolutionRef`)                         ``load_ms``
-``call``   ``key``, ``inputs``, ``outputs``                            ``wall_ms`` (outputs written, synced)
-``bench``  ``key``, ``sets`` [{base, work, outputs, check}],           ``times_ms``, ``warmup_calls``,
-           ``params``, ``plan`` {seed, rescale}                        ``estimate_ms``, ``snapshots``, …
-``wall``   ``key``, ``n``, ``call`` (bool): on the last bench's sets   ``worker_ms`` (diagnostic only)
-``exit``   —                                                           (no reply; the process exits)
-=========  ==========================================================  ====================================
+============  =======================================================  ====================================
+op            request fields                                           reply (``ok`` True)
+============  =======================================================  ====================================
+``info``      —                                                        pid, device, L2 and flush sizes, …
+``load``      ``solution`` (:class:`SolutionRef`)                      ``load_ms``
+``call``      ``key``, ``inputs``, ``outputs``                         ``wall_ms`` (outputs written, synced)
+``bench``     ``key``, ``sets`` [{base, work, outputs, check}],        ``times_ms``, ``warmup_calls``,
+              ``params``, ``plan`` {seed, rescale}                     ``estimate_ms``, ``snapshots``, …
+``wall``      ``key``, ``n``, ``call`` (bool): on the last bench's sets ``worker_ms`` (diagnostic only)
+``reference`` ``inputs``, ``upcast`` (bool): the problem's ``run()``      ``outputs`` {name: dtype, shape},
+              (reference role), held until ``fetch``                    ``how`` (the ground truth's dtype)
+``inputs``    ``workload``, ``seed``: the problem's custom input         ``outputs`` {name: dtype, shape or
+              generator (reference role), held until ``fetch``            ``value`` for a scalar}
+``fetch``     ``buffers`` {name: tensor}: copy what is held into them   —
+``exit``      —                                                        (no reply; the process exits)
+============  =======================================================  ====================================
 
 A failed request replies ``{"ok": False, "status": ..., "reason": ..., "traceback": ...}``. After every
 request the guards run (TAMPERED, THREAD_SPAWNED); a guard that fires, or a CUDA error that leaves the
@@ -39,7 +50,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 from collections import OrderedDict
@@ -57,6 +67,7 @@ CRASHED = "CRASHED"
 TIMEOUT = "TIMEOUT"
 TAMPERED = "TAMPERED"
 THREAD_SPAWNED = "THREAD_SPAWNED"
+PROCESS_SPAWNED = "PROCESS_SPAWNED"
 
 #: How many built solutions a worker keeps (the tuner moves on; old ones only hold memory).
 SOLUTION_CACHE = 2
@@ -180,6 +191,8 @@ class _State:
         self.input_names = list(problem.inputs)
         self.solutions: OrderedDict[str, _Solution] = OrderedDict()
         self.timing: dict | None = None
+        self.held: dict[str, Any] = {}  # reference role: outputs or inputs waiting for a ``fetch``
+        self._module = None  # reference role: the problem's reference, executed once
         self._loading: frozenset[str] | None = None
         self.threads = ThreadWatch()
         self.l2 = L2Persisting() if device.type == "cuda" else None
@@ -208,6 +221,12 @@ class _State:
                 reply = self.bench(msg["key"], msg["sets"], msg["params"], msg.get("plan") or {})
             elif op == "wall":
                 reply = self.wall(msg["key"], int(msg["n"]), bool(msg["call"]))
+            elif op == "reference":
+                reply = self.reference(msg["inputs"], bool(msg.get("upcast")))
+            elif op == "inputs":
+                reply = self.make_inputs(msg["workload"], int(msg["seed"]))
+            elif op == "fetch":
+                reply = self.fetch(msg["buffers"])
             else:
                 return {"ok": False, "status": RUNTIME_ERROR, "reason": f"unknown request {op!r}"}
         except _Failure as f:
@@ -338,6 +357,63 @@ class _State:
         ms = wall(t["call"] if with_call else None, len(t["sets"]), n, self.flush, t["before"], self.prims)
         return {"ok": True, "worker_ms": ms}
 
+    # -- the problem's own code (reference role) -------------------------------------------------------
+
+    def _reference_module(self):
+        if self._module is None:
+            self._module = self.problem.reference_module()
+        return self._module
+
+    def _hold(self, values: dict) -> dict:
+        """Keep ``values`` (tensors or scalars) for a ``fetch``; describe them for the parent."""
+        import torch
+
+        self.held, described = {}, {}
+        for name, v in values.items():
+            if isinstance(v, torch.Tensor) or (hasattr(v, "shape") and hasattr(v, "dtype")):
+                t = torch.as_tensor(v).detach()
+                self.held[name] = t
+                described[name] = {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
+            elif isinstance(v, (bool, int, float)) or v is None:
+                described[name] = {"value": v}
+            else:
+                raise _Failure(RUNTIME_ERROR, f"{name!r} is a {_type_name(v)}, neither a tensor nor a number")
+        return described
+
+    def reference(self, inputs: list, upcast: bool) -> dict:
+        """Run the problem's ``run()`` on ``inputs`` (definition order); with ``upcast`` the ground truth
+        (:func:`.accuracy.ground_truth`: float64, else float32). The outputs are held for a ``fetch``."""
+        from .accuracy import ground_truth
+
+        module = self._reference_module()
+        named = dict(zip(self.input_names, inputs))
+        if upcast:
+            truth, how = ground_truth(self.problem, module, named)
+            out = self._hold(truth) if truth is not None else {}
+            self.prims.sync()
+            return {"ok": True, "outputs": out, "how": how, "truth": truth is not None}
+        out = self._hold(self.problem.run_reference(named, module=module))
+        self.prims.sync()
+        return {"ok": True, "outputs": out}
+
+    def make_inputs(self, workload, seed: int) -> dict:
+        """The problem's own input generator (``custom_inputs_entrypoint``) for ``workload``; held for a
+        ``fetch``."""
+        made = self.problem.make_inputs(workload, device=self.device, seed=seed, module=self._reference_module())
+        out = self._hold(made)
+        self.prims.sync()
+        return {"ok": True, "outputs": out}
+
+    def fetch(self, buffers: dict) -> dict:
+        """Copy what the last ``reference``/``inputs`` request holds into the parent's ``buffers``."""
+        held, self.held = self.held, {}
+        for name, buf in buffers.items():
+            if name not in held:
+                raise _Failure(RUNTIME_ERROR, f"nothing held under {name!r}")
+            buf.copy_(held[name].reshape(buf.shape))
+        self.prims.sync()
+        return {"ok": True}
+
     # -- guards and CUDA health ------------------------------------------------------------------------
 
     def _guards(self, msg: dict, reply: dict) -> dict:
@@ -377,57 +453,56 @@ class _State:
         return reply
 
 
-def _redirect_output(log_path: str | None) -> None:
-    if not log_path:
-        return
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+def _set_up(init: dict):
+    """The worker's set-up before any candidate code: device, warm-up, timing primitives, guards, then the
+    confinement. Returns ``(state, confinement)``."""
+    import torch
+
+    from . import channel, check, guards, inputs, sandbox, timing  # noqa: F401  (before any candidate code)
+    from .sandbox import confine
+
+    torch.set_grad_enabled(False)
+    dev = torch.device(init["device"])
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+        dev = torch.device("cuda", torch.cuda.current_device())
+    _warm_up(dev)
+    state = _State(init["problem"], dev, timing.flush_buffer(dev), timing.Primitives(dev))
+    confinement = confine(init.get("writable") or []) if init.get("confine", True) else None
+    return state, confinement
 
 
-def _watch_parent(parent_pid: int) -> None:
-    """Leave when the parent is gone (a hung candidate would otherwise outlive a killed grader)."""
-    while True:
-        time.sleep(1.0)
-        if os.getppid() != parent_pid:
-            os._exit(0)
+def serve() -> None:
+    """Entry point of a worker started by :mod:`.supervisor`: read the set-up from the channel (the
+    descriptor in ``$UCUTLASS_GRADER_FD``), set up, say ``ready``, then serve requests until ``exit`` or
+    end of file."""
+    import socket
 
+    from .channel import MAX_REQUEST_BYTES, Channel, ChannelError, loads_request
 
-def _send(conn, reply: dict) -> None:
-    conn.send_bytes(json.dumps(reply, default=str).encode())
-
-
-def worker_main(conn, problem, device: str, log_path: str | None, parent_pid: int) -> None:
-    """Entry point of a spawned worker: set up, say ``ready``, then serve requests until ``exit``/EOF."""
-    _redirect_output(log_path)
     faulthandler.enable(all_threads=True)  # a segfault leaves its stack in the log the parent reads
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the grader; it stops the worker
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # torch.compile without worker threads
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    chan = Channel(socket.socket(fileno=int(os.environ.pop("UCUTLASS_GRADER_FD"))))
     try:
-        import torch
-
-        from . import check, guards, inputs, timing  # noqa: F401  (imported before any candidate code)
-
-        torch.set_grad_enabled(False)
-        dev = torch.device(device)
-        if dev.type == "cuda":
-            torch.cuda.set_device(dev)
-            dev = torch.device("cuda", torch.cuda.current_device())
-        _warm_up(dev)
-        state = _State(problem, dev, timing.flush_buffer(dev), timing.Primitives(dev))
+        data, fds = chan.recv(max_bytes=MAX_REQUEST_BYTES, accept_fds=True)
+        init = loads_request(data, fds)
+        state, confinement = _set_up(init)
     except BaseException as e:  # noqa: BLE001
-        _send(conn, {"ok": False, "status": CRASHED, "reason": f"worker setup failed: {type(e).__name__}: {e}",
-                     "traceback": traceback.format_exc()})
+        try:
+            chan.send_json({"ok": False, "status": CRASHED, "reason": f"worker setup failed: {type(e).__name__}: {e}",
+                            "traceback": traceback.format_exc()})
+        except (OSError, ChannelError):
+            pass
         return
-    _send(conn, {"ok": True, "event": "ready", "pid": os.getpid()})
+    import torch
+
+    chan.send_json({"ok": True, "event": "ready", "pid": os.getpid(), "threads": torch.get_num_threads(),
+                    "confinement": confinement.to_json() if confinement is not None else None})
     while True:
         try:
-            msg = conn.recv()
-        except (EOFError, OSError):
+            data, fds = chan.recv(max_bytes=MAX_REQUEST_BYTES, accept_fds=True)
+            msg = loads_request(data, fds)
+        except (ChannelError, OSError, EOFError):
             break
         if not isinstance(msg, dict) or msg.get("op") == "exit":
             break
@@ -437,8 +512,8 @@ def worker_main(conn, problem, device: str, log_path: str | None, parent_pid: in
         sys.stdout.flush()
         sys.stderr.flush()
         try:
-            _send(conn, reply)
-        except (EOFError, OSError, BrokenPipeError):
+            chan.send_json(reply)
+        except (ChannelError, OSError):
             break
         if reply.get("fatal"):
             os._exit(FATAL_EXIT)
@@ -455,10 +530,12 @@ class Reply:
     Attributes:
         ok: the request succeeded.
         status: when not ok, a status name (RUNTIME_ERROR, COMPILE_ERROR, INCORRECT_SHAPE,
-            INCORRECT_DTYPE, CRASHED, TIMEOUT).
+            INCORRECT_DTYPE, CRASHED, TIMEOUT, TAMPERED, THREAD_SPAWNED, PROCESS_SPAWNED).
         reason: one line, when not ok.
         data: the reply's fields.
-        log: what the worker printed (stdout and stderr, faulthandler's dump) during the request.
+        log: what the worker printed (stdout and stderr, faulthandler's dump) during the request, at most
+            :data:`LOG_HEAD` + :data:`LOG_TAIL` characters (its start and its end).
+        log_bytes: how many bytes the worker printed during the request (``log`` may show fewer).
         dead: the worker is gone or must be replaced.
     """
 
@@ -467,54 +544,177 @@ class Reply:
     reason: str = ""
     data: dict = field(default_factory=dict)
     log: str = ""
+    log_bytes: int = 0
     dead: bool = False
 
 
-_LOG_TAIL = 8000
+#: What a reply's log keeps of a request's output: its first and its last characters.
+LOG_HEAD = 2000
+LOG_TAIL = 6000
+#: The log file is emptied between requests once it passes this size (the worker appends; only the part
+#: a request wrote is read back).
+LOG_TRUNCATE_BYTES = 32 << 20
+#: No file a worker writes grows past this (RLIMIT_FSIZE): its log, its builds, its caches.
+WORKER_FILE_BYTES = 1 << 30
+#: A process found below the supervisor after a request is looked at again for this long before it is a
+#: verdict (a child the candidate waited for may still be on its way out).
+PROCESS_SETTLE_S = 0.2
+
+_SUPERVISOR = Path(__file__).with_name("supervisor.py")
+_SERVE = "from ucutlass.grader.worker import serve; serve()"
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
 
 
 class Worker:
-    """A spawned worker process and the parent's end of its pipe.
+    """A worker process below its supervisor, and the parent's ends of the channel and control socket.
 
     Args:
-        problem: sent to the worker once, at start.
+        problem: sent to the worker at start (its ``path`` the scratch copy of the problem's files).
         device: ``"cuda"``, ``"cuda:1"`` or ``"cpu"``.
-        log_path: the worker's stdout/stderr go here (read back into results).
-        role: ``"candidate"`` or ``"reference"`` (process name and messages only).
+        log_path: the worker's stdout/stderr go here (read back into results, bounded).
+        role: ``"candidate"`` or ``"reference"`` (messages only).
+        scratch: the worker's working folder: its only writable folder besides ``writable``.
+        writable: further folders it may write (Landlock), e.g. ``/dev`` and a build cache.
+        env: the worker's environment (default: this process's).
+        confine: apply the confinement (off only to test what holds without it).
     """
 
-    def __init__(self, problem, device: str, log_path: Path, role: str = "candidate"):
-        import torch.multiprocessing as tmp  # registers the reductions that share tensors
+    def __init__(self, problem, device: str, log_path: Path, role: str = "candidate", *, scratch: Path,
+                 writable: tuple[str, ...] = (), env: dict | None = None, confine: bool = True):
+        import socket
+        import subprocess
 
-        ctx = tmp.get_context("spawn")
+        from .channel import Channel
+
         self.role = role
         self.log_path = Path(log_path)
         self.log_path.touch()
-        self._conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=worker_main, name=f"ucutlass-grader-{role}",
-                                args=(child, problem, device, str(self.log_path), os.getpid()))
-        self.proc.start()
-        child.close()
+        self.scratch = Path(scratch)
+        self._init = {"problem": problem, "device": device, "writable": [str(self.scratch), *writable],
+                      "confine": confine, "role": role}
+        chan_p, chan_c = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ctl_p, ctl_c = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        args = [sys.executable, str(_SUPERVISOR), "--ctl", str(ctl_c.fileno()), "--chan", str(chan_c.fileno()),
+                "--log", str(self.log_path), "--cwd", str(self.scratch), "--fsize", str(WORKER_FILE_BYTES),
+                "--userns", "1" if confine else "0", "--", sys.executable, "-c", _SERVE]
+        with open(self.log_path, "ab") as log:
+            self._sup = subprocess.Popen(args, pass_fds=(ctl_c.fileno(), chan_c.fileno()), stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=log, close_fds=True, start_new_session=True,
+                                         env=env if env is not None else dict(os.environ))
+        chan_c.close()
+        ctl_c.close()
+        self._chan = Channel(chan_p)
+        self._ctl = ctl_p
+        self._ctl.setblocking(False)
+        self._ctl_buf = b""
+        self.worker_pid: int | None = None
+        self.userns = False
+        self.exit_code: int | None = None
         self.ready = False
+        self.info: dict = {}
         self.started = time.monotonic()
         self._seq = 0
+        self._baseline: set[int] = set()
+        self._closed = False
+
+    # -- state ----------------------------------------------------------------------------------------
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid
+        """The worker's pid (as this process sees it), once it runs."""
+        return self.worker_pid
+
+    @property
+    def supervisor_pid(self) -> int:
+        return self._sup.pid
 
     def alive(self) -> bool:
-        return self.proc.is_alive()
+        self._read_ctl(0.0)
+        return self._sup.poll() is None and self.exit_code is None
 
-    def _log_since(self, offset: int) -> str:
+    def _read_ctl(self, timeout: float) -> list[dict]:
+        """Messages from the supervisor (waiting up to ``timeout`` seconds for the first)."""
+        import select
+
+        out = []
         try:
-            with open(self.log_path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
+            ready, _, _ = select.select([self._ctl], [], [], max(timeout, 0.0))
+        except (OSError, ValueError):
+            return out
+        if not ready:
+            return out
+        try:
+            data = self._ctl.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            data = None
         except OSError:
-            return ""
-        text = data.decode(errors="replace")
-        return text if len(text) <= _LOG_TAIL else "…" + text[-_LOG_TAIL:]
+            data = b""
+        if data == b"":
+            if self.exit_code is None and self._sup.poll() is not None:
+                self.exit_code = self._sup.returncode if self._sup.returncode < 0 else -signal.SIGKILL
+            return out
+        if data:
+            self._ctl_buf += data
+        while b"\n" in self._ctl_buf:
+            line, self._ctl_buf = self._ctl_buf.split(b"\n", 1)
+            try:
+                m = json.loads(line)
+            except ValueError:
+                continue
+            if "pid" in m and self.worker_pid is None:
+                self.worker_pid, self.userns = int(m["pid"]), bool(m.get("userns"))
+            if "exit" in m and self.exit_code is None:
+                self.exit_code = int(m["exit"])
+            out.append(m)
+        return out
+
+    def _death(self) -> str:
+        """Why the worker is gone, once the supervisor has said so (or the supervisor itself died)."""
+        deadline = time.monotonic() + 2.0
+        while self.exit_code is None and time.monotonic() < deadline:
+            if self._sup.poll() is not None:
+                break
+            self._read_ctl(0.05)
+        code = self.exit_code
+        if code is None:
+            if self._sup.poll() is not None:
+                return f"the worker's supervisor ended ({self._sup.returncode}): the worker is gone"
+            return "worker stopped answering"
+        if code < 0:
+            return f"worker died with {_signal_name(-code)} (exit code {code})"
+        if code == FATAL_EXIT:
+            return "worker left after a fatal CUDA error"
+        return f"worker exited with code {code} before finishing"
+
+    def stray_processes(self) -> list[str]:
+        """Processes below the supervisor other than the worker (and what ran there at its start), as
+        ``"pid (name)"``: what a candidate started and left running."""
+        from .sandbox import descendants
+
+        def scan() -> set[int]:
+            return {p for p in descendants(self._sup.pid) if p != self.worker_pid} - self._baseline
+
+        found = scan()
+        deadline = time.monotonic() + PROCESS_SETTLE_S
+        while found and time.monotonic() < deadline:
+            time.sleep(0.01)
+            found &= scan()
+        out = []
+        for pid in sorted(found):
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    out.append(f"{pid} ({f.read().strip()})")
+            except OSError:
+                continue
+        return out
+
+    # -- log ------------------------------------------------------------------------------------------
 
     def _log_offset(self) -> int:
         try:
@@ -522,116 +722,204 @@ class Worker:
         except OSError:
             return 0
 
-    def _death(self) -> str:
-        self.proc.join(timeout=2.0)
-        code = self.proc.exitcode
-        if code is None:
-            return "worker stopped answering"
-        if code < 0:
+    def _log_since(self, offset: int) -> tuple[str, int]:
+        """What the worker wrote since ``offset`` — its start and end only — and how many bytes that was."""
+        size = self._log_offset()
+        n = max(size - offset, 0)
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                if n <= LOG_HEAD + LOG_TAIL:
+                    text = f.read(n).decode(errors="replace")
+                else:
+                    head = f.read(LOG_HEAD).decode(errors="replace")
+                    f.seek(size - LOG_TAIL)
+                    tail = f.read(LOG_TAIL).decode(errors="replace")
+                    text = f"{head}\n… [{n - LOG_HEAD - LOG_TAIL} bytes of output left out] …\n{tail}"
+        except OSError:
+            return "", n
+        if size > LOG_TRUNCATE_BYTES:
             try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return f"worker died with {name} (exit code {code})"
-        if code == FATAL_EXIT:
-            return "worker left after a fatal CUDA error"
-        return f"worker exited with code {code} before finishing"
+                os.truncate(self.log_path, 0)  # the worker appends (O_APPEND): it goes on at the new end
+            except OSError:
+                pass
+        return text, n
 
-    def _wait(self, timeout: float, what: str, offset: int, seq: int | None = None) -> Reply:
-        from multiprocessing.connection import wait
+    def _reply(self, ok: bool, status: str = "", reason: str = "", offset: int = 0, data: dict | None = None,
+               dead: bool = False, prefix: str = "") -> Reply:
+        log, n = self._log_since(offset)
+        return Reply(ok, status, reason, data=data or {}, log=prefix + log, log_bytes=n, dead=dead)
 
-        deadline = time.monotonic() + timeout
+    # -- requests -------------------------------------------------------------------------------------
+
+    def _wait(self, deadline: float, what: str, offset: int, seq: int | None) -> Reply:
+        import select
+
+        from .channel import ChannelError
+
         while True:
             left = deadline - time.monotonic()
-            ready = wait([self._conn, self.proc.sentinel], timeout=max(left, 0.0))
-            if self._conn in ready or self._conn.poll(0):
-                try:
-                    raw = self._conn.recv_bytes()
-                except (EOFError, OSError):
-                    self.kill()
-                    return Reply(False, CRASHED, self._death(), log=self._log_since(offset), dead=True)
-                try:
-                    data = json.loads(raw)
-                except ValueError:
-                    data = None
-                if not isinstance(data, dict):
-                    self.kill()
-                    return Reply(False, CRASHED, "worker sent a malformed reply", log=self._log_since(offset),
-                                 dead=True)
-                if data.get("id") != seq:  # the worker's own loop answers each request once, in order
-                    self.kill()
-                    return Reply(False, TAMPERED, f"a reply out of step with the requests (id {data.get('id')!r}, "
-                                 f"expected {seq}): a forged or duplicated reply on the worker's pipe",
-                                 log=self._log_since(offset), dead=True)
-                log = self._log_since(offset)
-                if data.get("ok") is True:
-                    return Reply(True, data=data, log=log)
-                dead = bool(data.get("fatal"))
-                if dead:
-                    self.proc.join(timeout=5.0)
-                    self.kill()
-                reason = str(data.get("reason", "failed"))
-                tb = data.get("traceback")
-                return Reply(False, str(data.get("status", RUNTIME_ERROR)), reason, data=data,
-                             log=(tb + "\n" if tb else "") + log, dead=dead)
-            if self.proc.sentinel in ready:
-                return Reply(False, CRASHED, self._death(), log=self._log_since(offset), dead=True)
             if left <= 0:
                 self.kill()
-                return Reply(False, TIMEOUT, f"{what} did not finish within {timeout:g} s; worker killed",
-                             log=self._log_since(offset), dead=True)
+                return self._reply(False, TIMEOUT, f"{what} did not finish within "
+                                   f"{deadline - self._sent_at:.3g} s; worker killed", offset, dead=True)
+            try:
+                ready, _, _ = select.select([self._chan.sock, self._ctl], [], [], min(left, 0.5))
+            except (OSError, ValueError):
+                ready = []
+            if self._ctl in ready:
+                self._read_ctl(0.0)
+            if self._chan.sock in ready:
+                try:
+                    data = self._chan.recv_json(deadline)
+                except ChannelError as e:
+                    if e.kind == "timeout":
+                        continue
+                    if e.kind == "eof":
+                        reason = self._death()
+                        self.kill()
+                        return self._reply(False, CRASHED, reason, offset, dead=True)
+                    self.kill()
+                    return self._reply(False, TAMPERED, f"the worker's channel carried a malformed frame ({e}): "
+                                       "a forged write on the grader's descriptor", offset, dead=True)
+                if not isinstance(data, dict):
+                    self.kill()
+                    return self._reply(False, TAMPERED, "the worker sent a reply that is not a JSON object: "
+                                       "a forged write on the grader's descriptor", offset, dead=True)
+                if seq is not None and data.get("id") != seq:  # the worker's own loop answers once, in order
+                    self.kill()
+                    return self._reply(False, TAMPERED, f"a reply out of step with the requests (id "
+                                       f"{str(data.get('id'))[:40]!r}, expected {seq}): a forged or duplicated "
+                                       "reply on the worker's channel", offset, dead=True)
+                if data.get("ok") is True:
+                    stray = self.stray_processes() if self.ready else []
+                    if stray:
+                        self.kill()
+                        return self._reply(False, PROCESS_SPAWNED, (
+                            f"the candidate left {len(stray)} process(es) running: {', '.join(stray[:6])} "
+                            "(work done by another process escapes timing and the checks; all were killed)"),
+                            offset, data=data, dead=True)
+                    return self._reply(True, data=data, offset=offset)
+                dead = bool(data.get("fatal"))
+                if dead:
+                    self.kill()
+                tb = data.get("traceback")
+                return self._reply(False, str(data.get("status", RUNTIME_ERROR)), str(data.get("reason", "failed")),
+                                   offset, data=data, dead=dead, prefix=(str(tb) + "\n") if tb else "")
+            if self.exit_code is not None or self._sup.poll() is not None:
+                reason = self._death()
+                self.kill()
+                return self._reply(False, CRASHED, reason, offset, dead=True)
 
     def wait_ready(self, timeout: float) -> Reply:
-        """Wait for the worker's ``ready`` (torch imported, device set up)."""
+        """Send the set-up and wait for the worker's ``ready`` (torch imported, device set up, confined)."""
+        from .channel import ChannelError, dumps_request
+
         if self.ready:
-            return Reply(True)
-        r = self._wait(timeout, "worker start", 0)
-        self.ready = r.ok
+            return Reply(True, data=self.info)
+        deadline = time.monotonic() + timeout
+        self._sent_at = time.monotonic()
+        while self.worker_pid is None and time.monotonic() < deadline:
+            msgs = self._read_ctl(min(0.5, max(deadline - time.monotonic(), 0.0)))
+            errors = [m["error"] for m in msgs if "error" in m]
+            if errors or self._sup.poll() is not None:
+                self.kill()
+                return self._reply(False, CRASHED, errors[0] if errors else self._death(), 0, dead=True)
+        if self.worker_pid is None:
+            self.kill()
+            return self._reply(False, TIMEOUT, f"worker start did not finish within {timeout:g} s", 0, dead=True)
+        data, fds = dumps_request(self._init)
+        try:
+            self._chan.send(data, fds, deadline)
+        except (ChannelError, OSError):
+            reason = self._death()
+            self.kill()
+            return self._reply(False, CRASHED, reason, 0, dead=True)
+        r = self._wait(deadline, "worker start", 0, None)
+        if r.ok:
+            from .sandbox import descendants
+
+            self.ready = True
+            self.info = dict(r.data, userns=self.userns)
+            self._baseline = {p for p in descendants(self._sup.pid) if p != self.worker_pid}
         return r
 
     def request(self, msg: dict, timeout: float) -> Reply:
         """Send one request and wait for its reply, the worker's death, or ``timeout`` seconds.
 
-        On death or timeout the worker is killed and the reply has ``dead`` set; a worker is never
-        reused after that.
+        On death, timeout, a guard's verdict or a forged reply the worker (with everything below its
+        supervisor) is killed and the reply has ``dead`` set; a worker is never reused after that.
         """
+        from .channel import ChannelError, dumps_request
+
         offset = self._log_offset()
         self._seq += 1
         msg = {**msg, "id": self._seq}
+        self._sent_at = time.monotonic()
+        deadline = self._sent_at + timeout
         try:
-            self._conn.send(msg)
-        except (EOFError, OSError, BrokenPipeError):
+            data, fds = dumps_request(msg)
+            self._chan.send(data, fds, deadline)
+        except ChannelError:
             self.kill()
-            return Reply(False, CRASHED, self._death(), log=self._log_since(offset), dead=True)
+            return self._reply(False, TIMEOUT, f"the worker did not read its {msg.get('op')} request within "
+                               f"{timeout:g} s; worker killed", offset, dead=True)
+        except OSError:
+            reason = self._death()
+            self.kill()
+            return self._reply(False, CRASHED, reason, offset, dead=True)
         try:
-            return self._wait(timeout, f"{msg.get('op', 'request')} request", offset, self._seq)
+            return self._wait(deadline, f"{msg.get('op', 'request')} request", offset, self._seq)
         except BaseException:  # e.g. KeyboardInterrupt: the reply would arrive out of step; start over
             self.kill()
             raise
 
+    # -- the end --------------------------------------------------------------------------------------
+
     def kill(self) -> None:
-        """Stop the process now (SIGKILL) and reap it."""
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(timeout=10.0)
+        """Stop the worker and every process below the supervisor now (SIGSTOP, then SIGKILL), and reap
+        the supervisor. Returns once none of them runs."""
+        from .sandbox import kill_tree
+
+        if self._sup.poll() is None:
+            try:
+                self._ctl.sendall(b"kill\n")
+            except OSError:
+                pass
+            try:
+                self._sup.wait(timeout=10.0)
+            except Exception:  # the supervisor does not answer (stopped, killed by a candidate…): do it here
+                kill_tree(self._sup.pid, include_root=True)
+                try:
+                    self._sup.wait(timeout=5.0)
+                except Exception:
+                    pass
+        kill_tree(self._sup.pid)  # anything left (only when the supervisor died before the worker)
+        if self.exit_code is None:
+            self.exit_code = -signal.SIGKILL
 
     def close(self, timeout: float = 5.0) -> None:
-        """Ask the worker to exit, kill it if it does not, and release the pipe."""
-        if self.proc.is_alive():
+        """Ask the worker to exit, then stop everything below the supervisor, and release the sockets."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.alive() and self.ready:
+            from .channel import ChannelError, dumps_request
+
             try:
-                self._conn.send({"op": "exit"})
-            except (EOFError, OSError, BrokenPipeError):
+                data, fds = dumps_request({"op": "exit"})
+                self._chan.send(data, fds, time.monotonic() + 1.0)
+                deadline = time.monotonic() + timeout
+                while self.exit_code is None and time.monotonic() < deadline and self._sup.poll() is None:
+                    self._read_ctl(0.05)
+            except (ChannelError, OSError):
                 pass
-            self.proc.join(timeout=timeout)
         self.kill()
+        self._chan.close()
         try:
-            self._conn.close()
+            self._ctl.close()
         except OSError:
             pass
-        try:
-            self.proc.close()
-        except ValueError:
-            pass
 
 
-__all__ = ["Worker", "Reply", "worker_main", "write_returned"]
+__all__ = ["Worker", "Reply", "serve", "write_returned", "LOG_HEAD", "LOG_TAIL", "WORKER_FILE_BYTES"]

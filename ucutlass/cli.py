@@ -337,10 +337,24 @@ def _solution_for_file(path: str, problem, args):
     return solution_for(results[0].so_path, program.source, path, bound[0].name, bound[0].config_name())
 
 
+class _TSolOf:
+    """T_SOL of a problem's workloads on one hardware spec; picklable, since ``grade`` sends it to the
+    process that grades."""
+
+    def __init__(self, problem, hardware):
+        self.problem, self.hardware = problem, hardware
+
+    def __call__(self, workload) -> float:
+        from .sol import analyze
+
+        return analyze(self.problem, workload, self.hardware).t_sol_ms
+
+
 def cmd_grade(args) -> int:
-    from .grader import Grader, format_table, summarize
+    from .grader import format_table, summarize
+    from .grader.supervised import grade_in_child
     from .problem import find_problem
-    from .sol import analyze, load_hardware
+    from .sol import load_hardware
 
     problem = find_problem(args.problem, args.problems)
     if args.file.endswith(".ucut"):
@@ -360,15 +374,15 @@ def cmd_grade(args) -> int:
               "is given", file=sys.stderr)
     else:
         try:
-            hw = load_hardware(args.gpu)
-            t_sol = lambda w: analyze(problem, w, hw).t_sol_ms  # noqa: E731
+            t_sol = _TSolOf(problem, load_hardware(args.gpu))
         except UcutError as e:
             print(f"note: no T_SOL ({e}); SOL scores are left out", file=sys.stderr)
     workloads = None
     if args.workloads:
         workloads = [problem.workloads[i] for i in range(min(args.workloads, len(problem.workloads)))]
-    with Grader(problem, t_sol_ms=t_sol) as grader:
-        results = grader.grade(solution, workloads)
+    # In a child process: a candidate that kills the process grading it (where the OS cannot stop it) leaves
+    # CRASHED verdicts, not a silent exit 137.
+    results = grade_in_child(problem, solution, workloads, t_sol_ms=t_sol, timeout_s=args.timeout)
     records = [r.to_json() for r in results]
     if args.output:
         Path(args.output).write_text(json.dumps(records, indent=2))
@@ -488,6 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pick", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--kernel", help="the kernel of a .ucut file with several")
     p.add_argument("--gpu", default="local", help="hardware spec for T_SOL (default: this GPU)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="deadline of each request: loading the solution, one call, and each run of the problem's "
+                        "own code (past it: TIMEOUT for a candidate, a broken problem for the reference)")
     _problems_arg(p)
     p.set_defaults(func=cmd_grade)
 

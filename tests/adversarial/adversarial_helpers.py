@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ucutlass.grader import Grader, Status, solution_from_file
+from ucutlass.grader.sandbox import landlock_abi
 from ucutlass.problem import load_problem
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +56,7 @@ class Kind:
     gpu: frozenset | None
     words: str = ""
     no_gain: bool = False
+    needs_signal_scope: bool = False  # only safe to run where Landlock scopes signals (else it kills pytest)
 
 
 def _s(*statuses: Status) -> frozenset:
@@ -109,6 +111,18 @@ KINDS: tuple[Kind, ...] = (
          "NaN"),
     Kind("alias_input", "returns an input's memory as the output", "cheat_alias_input.py", "adv_gemm",
          _s(S.OUTPUT_ALIASED), _s(S.OUTPUT_ALIASED), "shares memory"),
+    Kind("fork_worker", "forks the worker; the child outlives the call", "cheat_fork_worker.py", "adv_gemm",
+         _s(S.PROCESS_SPAWNED), _s(S.PROCESS_SPAWNED), "process"),
+    Kind("detached_process", "a helper process in a session of its own (start_new_session)",
+         "cheat_detached_process.py", "adv_gemm", _s(S.PROCESS_SPAWNED), _s(S.PROCESS_SPAWNED), "process"),
+    Kind("daemon", "double fork and setsid: the helper is re-parented away", "cheat_daemon.py", "adv_gemm",
+         _s(S.PROCESS_SPAWNED), _s(S.PROCESS_SPAWNED), "process"),
+    Kind("forge_descriptors", "forged text written to every inherited descriptor", "cheat_forge_descriptors.py",
+         "adv_gemm", _s(S.TAMPERED), _s(S.TAMPERED), "malformed"),
+    Kind("escape_write", "writes files outside its scratch folder", "cheat_escape_write.py", "adv_gemm",
+         _s(S.RUNTIME_ERROR), _s(S.RUNTIME_ERROR), "Permission denied"),
+    Kind("kill_grader", "SIGKILLs its supervisor and the grader", "cheat_kill_grader.py", "adv_gemm",
+         _s(S.RUNTIME_ERROR), _s(S.RUNTIME_ERROR), "Operation not permitted", needs_signal_scope=True),
     # Either verdict is right: the grader's reset of the persisting lines the cheat marked is GPU work the
     # cheat causes outside its events (UNTIMED_WORK on the H200 at times), and when it passes it is slower.
     Kind("l2_persist", "persisting-L2 window keeps the weights in L2 across the flush", "cheat_l2_persist.py",
@@ -209,6 +223,9 @@ class Graders:
     def grade_cheat(self, kind: Kind, expected, min_ratio: float):
         """Grade ``kind``'s cheat on its workload and assert its verdict (:func:`assert_verdict`); a no-gain
         kind is compared with the honest kernel's best time (:meth:`baseline`). Returns the result."""
+        if kind.needs_signal_scope and landlock_abi() < 6:
+            pytest.skip("Landlock cannot scope signals on this kernel (ABI < 6, Linux < 6.12): the cheat would "
+                        "kill the test process (tests/adversarial/test_isolation.py covers it in a subprocess)")
         g = self(kind.problem)
         (r,) = g.grade(solution(kind.file, g.problem), [self.workload(kind.problem)])
         baseline = None
@@ -221,6 +238,43 @@ class Graders:
     def close(self) -> None:
         for g in self._graders.values():
             g.close()
+
+
+class CpuLoad:
+    """Processes that keep every core busy (``factor`` × the cores), for as long as the context lasts: the
+    grader's guards must not flag honest work on a machine that compiles or runs other jobs meanwhile (CI's
+    machine is shared; a tune compiles while it grades)."""
+
+    SPIN = "import os, signal\nsignal.signal(signal.SIGTERM, lambda *a: os._exit(0))\nwhile True:\n    pass\n"
+
+    def __init__(self, factor: int = 2):
+        import os
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.count = factor * cores  # the cores this process may run on (taskset narrows them)
+        self.procs: list = []
+
+    def __enter__(self) -> "CpuLoad":
+        import subprocess
+        import sys
+
+        self.procs = [subprocess.Popen([sys.executable, "-c", self.SPIN], stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                      for _ in range(self.count)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait()
+
+
+@pytest.fixture(scope="module")
+def cpu_load():
+    """The module runs with 2 × cores spinning processes beside it (:class:`CpuLoad`)."""
+    with CpuLoad(2) as load:
+        yield load
 
 
 @pytest.fixture(scope="module")

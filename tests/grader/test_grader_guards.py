@@ -322,7 +322,8 @@ def test_each_solution_and_grade_gets_its_own_inputs(gemm_problem):
 
 def test_guard_statuses_are_named_and_counted():
     assert {s.value for s in GUARD_STATUSES} == {"FASTER_THAN_SOL", "INPUT_MODIFIED", "OUTPUT_ALIASED",
-                                                  "UNTIMED_WORK", "THREAD_SPAWNED", "TAMPERED"}
+                                                  "UNTIMED_WORK", "THREAD_SPAWNED", "PROCESS_SPAWNED",
+                                                  "TAMPERED"}
     from ucutlass.grader import WorkloadResult
 
     rs = [WorkloadResult("p", "u", {}, "l", "s", st, reason="x") for st in (Status.TAMPERED, Status.PASSED)]
