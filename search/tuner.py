@@ -4,6 +4,10 @@ Loop (ask-and-tell, STYLE.md "Search"): ask a batch of trials → reject the ill
 compile (``TrialState.PRUNED``, reason recorded) → render and compile the rest in parallel nvcc
 processes → grade each on the GPU in the grader's spawned worker, one at a time → tell the objective
 (``geomean over the tuned workloads of T_kernel / T_SOL``; lower is better, 1.0 is the speed of light).
+Builds run ahead: once a batch is built, the next batch is asked and compiled (in a thread driving the
+nvcc processes) while this one is measured, so the GPU does not wait for nvcc between batches. The cost:
+the sampler proposes a batch before it has seen the previous one's values; a batch built ahead when a
+stop rule fires is not measured (its trials are PRUNED, ``UNMEASURED``).
 A failed compile, a wrong result or a crash is ``TrialState.FAIL`` with its reason in the trial's user
 attributes; the study goes on. The study lives in Optuna storage (SQLite by default), so an interrupted
 run resumes where it stopped, and compiled kernels come back from the content-addressed cache.
@@ -30,6 +34,7 @@ with fakes (STYLE.md: "Inject a fake timer to test tuner logic deterministically
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import dataclasses
 import math
 import random
@@ -428,39 +433,72 @@ class Tuner:
         dists = self.space.distributions()
         beats = heartbeat_enabled(self.storage)
         began = time.monotonic()
-        with Heartbeat(self.storage, self.study_name) as hb, warnings.catch_warnings():
+        ahead: tuple[list, cf.Future] | None = None  # the next batch, asked and building
+        with Heartbeat(self.storage, self.study_name) as hb, warnings.catch_warnings(), \
+                cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ucutlass-build") as builder:
             # Optuna warns that its heartbeat is meant for optimize(); Heartbeat beats for ask-and-tell.
             warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
-            while True:
-                if beats:
-                    fail_stale_trials(study)  # trials of workers whose heartbeat stopped
-                trials = study.get_trials(deepcopy=False)
-                stop = self._stop_rule(trials)
-                if stop.should_stop():
-                    reason = stop.reason
-                    break
-                known = {params_key(t.params): (t.value if t.state is TrialState.COMPLETE else None)
-                         for t in trials if is_measured(t)
-                         or (t.state is TrialState.PRUNED and t.user_attrs.get("status") == "ILLEGAL")}
-                taken = {params_key(t.params) for t in trials if is_candidate(t)} - stop.tried
-                left = min(s.budget - stop.finished - len(taken), s.legal - len(stop.tried) - len(taken))
-                if left <= 0:
-                    # What is left is being measured by other workers; one of them may die and its trial
-                    # come back to the queue.
-                    fail_dead_workers(study)
-                    time.sleep(self.poll_s)
-                    continue
-                want = max(1, min(cfg.batch, -(-left // self.workers)))
-                batch = self._ask(study, dists, want, known, hb)
-                if not batch:
-                    reason = (f"the sampler proposed {MAX_FREE_ASKS * want} configurations in a row that were "
-                              "illegal, already measured or taken by another worker")
-                    break
-                self._run_batch(study, batch, workloads, hb, stop)
-                # The batch is measured to the end even when a stop rule fired: its builds are paid for.
+            try:
+                while True:
+                    if beats:
+                        fail_stale_trials(study)  # trials of workers whose heartbeat stopped
+                    stop = self._stop_rule(study.get_trials(deepcopy=False))
+                    if stop.should_stop():
+                        reason = stop.reason
+                        break
+                    if ahead is None:
+                        asked = self._ask_batch(study, dists, hb)
+                        if isinstance(asked, str):
+                            if asked:
+                                reason = asked
+                                break
+                            continue  # nothing left to ask while others measure: looked again
+                        ahead = (asked, builder.submit(self.build, [c for _, c in asked]))
+                    batch, pending = ahead
+                    ahead = None
+                    builds = pending.result()
+                    # Ask the next batch and compile it while this one is measured (nvcc beside the grader).
+                    if not self._stop_rule(study.get_trials(deepcopy=False)).should_stop():
+                        asked = self._ask_batch(study, dists, hb, wait=False)
+                        if not isinstance(asked, str):
+                            ahead = (asked, builder.submit(self.build, [c for _, c in asked]))
+                    self._run_batch(study, batch, workloads, hb, stop, builds)
+                    # The batch is measured to the end even when a stop rule fired: its builds are paid for.
+            finally:
+                if ahead is not None:  # built ahead, but the study stopped (or the loop was interrupted)
+                    ahead[1].cancel()
+                    for trial, _ in ahead[0]:
+                        self._tell_pruned(study, trial, hb, "built ahead, not measured: the study stopped first",
+                                          status="UNMEASURED")
         self.search_seconds = time.monotonic() - began
         study.set_user_attr("stop_reason", reason)
         return reason
+
+    def _ask_batch(self, study, dists, hb: Heartbeat, wait: bool = True) -> list[tuple[optuna.Trial, Candidate]] | str:
+        """The next batch, sized to this worker's share of what is left of the budget (trials being built
+        or measured count as taken); ``""`` when nothing is left to ask for now (after a pause of
+        ``poll_s`` with ``wait``), or the reason the search must stop."""
+        s, cfg = self.setup, self.config
+        trials = study.get_trials(deepcopy=False)
+        stop = self._stop_rule(trials)
+        known = {params_key(t.params): (t.value if t.state is TrialState.COMPLETE else None)
+                 for t in trials if is_measured(t)
+                 or (t.state is TrialState.PRUNED and t.user_attrs.get("status") == "ILLEGAL")}
+        taken = {params_key(t.params) for t in trials if is_candidate(t)} - stop.tried
+        left = min(s.budget - stop.finished - len(taken), s.legal - len(stop.tried) - len(taken))
+        if left <= 0:
+            if wait:
+                # What is left is being measured by other workers; one of them may die and its trial
+                # come back to the queue.
+                fail_dead_workers(study)
+                time.sleep(self.poll_s)
+            return ""
+        want = max(1, min(cfg.batch, -(-left // self.workers)))
+        batch = self._ask(study, dists, want, known, hb)
+        if not batch:
+            return (f"the sampler proposed {MAX_FREE_ASKS * want} configurations in a row that were "
+                    "illegal, already measured or taken by another worker")
+        return batch
 
     def _ask(self, study, dists, want: int, known: dict, hb: Heartbeat) -> list[tuple[optuna.Trial, Candidate]]:
         """Ask until ``want`` new legal configurations are held. Illegal, measured and taken proposals
@@ -543,8 +581,10 @@ class Tuner:
                 return None
             time.sleep(CLAIM_POLL_S)
 
-    def _run_batch(self, study, batch, workloads, hb: Heartbeat, stop: StopRule) -> None:
-        builds = self.build([c for _, c in batch])
+    def _run_batch(self, study, batch, workloads, hb: Heartbeat, stop: StopRule,
+                   builds: Sequence[BuildResult] | None = None) -> None:
+        if builds is None:
+            builds = self.build([c for _, c in batch])
         for (trial, cand), built in zip(batch, builds):
             cand.build = built
             try:

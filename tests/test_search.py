@@ -183,3 +183,59 @@ def test_a_dispatch_that_fails_its_check_leaves_the_single_best(tune_plan, tmp_p
     assert result.dispatch is None and result.best is not None
     assert any(e["event"] == "dispatch-failed" and "INCORRECT_NUMERICAL" in e["reason"] for e in events)
     assert parse(write_outputs(result, tmp_path)["best"].read_text()).dispatch() == ()
+
+
+class _TimedBuild(FakeBuild):
+    """FakeBuild that takes ``seconds`` per batch and records when each batch was built."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds, self.spans = seconds, []
+
+    def __call__(self, candidates):
+        import time
+
+        t0 = time.monotonic()
+        time.sleep(self.seconds)
+        out = super().__call__(candidates)
+        self.spans.append((t0, time.monotonic()))
+        return out
+
+
+class _TimedMeasure(FakeMeasure):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.spans = []
+
+    def __call__(self, cand, workloads):
+        import time
+
+        t0 = time.monotonic()
+        out = super().__call__(cand, workloads)
+        self.spans.append((t0, time.monotonic()))
+        return out
+
+
+def test_the_next_batch_is_built_while_this_one_is_measured(tune_plan):
+    """nvcc runs beside the grader: the GPU does not wait for the compiler between batches."""
+    build, measure = _TimedBuild(0.3), _TimedMeasure(delay_s=0.1)
+    result = make_tuner(tune_plan, build, measure, config=TuneConfig(batch=4, seed=1, trials=12, epsilon=0.0,
+                                                                     patience=100, sampler="random")).run()
+    assert len(build.spans) >= 3
+    first_measure_end = measure.spans[3][1]  # the first batch: 4 candidates measured
+    second_build_start = build.spans[1][0]
+    assert second_build_start < first_measure_end, (build.spans, measure.spans[:4])
+    assert not [t for t in result.trials if t["state"] == "RUNNING"]
+
+
+def test_a_batch_built_ahead_when_the_study_stops_is_not_measured(tune_plan):
+    """ε = 10: the first batch is within (1 + ε)·T_SOL, so the study stops with the next batch built."""
+    build, measure = _TimedBuild(0.05), FakeMeasure()
+    result = make_tuner(tune_plan, build, measure, config=TuneConfig(batch=3, seed=1, trials=12, epsilon=10.0,
+                                                                     patience=100, sampler="random")).run()
+    statuses = [t.get("status") for t in result.trials]
+    assert "SOL" in result.stop_reason or "ε" in result.stop_reason, result.stop_reason
+    assert len(build.spans) == 2  # the first batch, and the one built ahead
+    assert statuses.count("UNMEASURED") >= 1
+    assert len(measure.measured) == statuses.count("PASSED") + statuses.count("CRASHED") + 1  # + the verification
+    assert not [t for t in result.trials if t["state"] == "RUNNING"]
