@@ -401,7 +401,7 @@ class Grader:
         return [self._share(empty_poisoned(shapes[n] or (), torch_dtype(s.dtype), self.device))
                 for n, s in self.problem.outputs.items()]
 
-    def _problem_request(self, msg: dict, what: str) -> Reply:
+    def _problem_request(self, msg: dict, what: str, timeout: float | None = None) -> Reply:
         """One request of the problem's own code to the reference worker (its reference ``run()``, the
         ground truth, its custom input generator), with the grader's deadline.
 
@@ -409,14 +409,15 @@ class Grader:
             GraderError: the code raised, hung past ``timeout_s``, exited or crashed: a broken problem,
                 never a failure of the candidate being graded.
         """
-        r = self._worker("reference").request(msg, self.timeout_s)
+        limit = self.timeout_s if timeout is None else timeout
+        r = self._worker("reference").request(msg, limit)
         if r.ok:
             return r
         self._after_failure("reference", r)
-        if r.status == Status.RUNTIME_ERROR.value:
+        if r.status in (Status.RUNTIME_ERROR.value, Status.COMPILE_ERROR.value):
             raise GraderError(f"{self.problem.id}: the problem's code fails {what}: {r.reason}")
         if r.status == Status.TIMEOUT.value:
-            why = f"did not finish within {self.timeout_s:g} s (it hangs, or needs a longer timeout_s)"
+            why = f"did not finish within {limit:g} s (it hangs, or needs a longer timeout_s)"
         elif r.status == Status.CRASHED.value:
             why = f"ended the process that ran it ({r.reason})"
         else:
@@ -540,21 +541,18 @@ class Grader:
         if cached is not None:
             return cached
         ref = reference_solution(self.problem)
-        w = self._worker("reference")
-        r = w.request({"op": "load", "solution": ref}, self.timeout_s)
-        if r.ok:
-            sets = self._timing_sets(workload, "reference-timing", None, keep_private=False)
-            # The reference is trusted not to hang: allow every call up to timeout_s.
-            r = w.request({"op": "bench", "key": ref.key(), "sets": [s.payload() for s in sets],
-                           "params": dataclasses.asdict(self.params),
-                           "plan": self._plan(workload, "reference-timing", None, sets)},
-                          self._bench_timeout(self.timeout_s * 1e3))
-            del sets
-            self._collect()
-        if not r.ok:
-            self._after_failure("reference", r)
-            raise GraderError(f"{self.problem.id}: timing the reference on {workload.label()} failed: "
-                              f"{r.status}: {r.reason}\n{r.log}".rstrip())
+        what = f"timing the reference on {workload.label()}"
+        self._problem_request({"op": "load", "solution": ref}, what)
+        sets = self._timing_sets(workload, "reference-timing", None, keep_private=False)
+        # One call first: its time sets the timing run's deadline, as a candidate's correctness calls do.
+        r = self._problem_request({"op": "call", "key": ref.key(), "inputs": sets[0].base,
+                                   "outputs": sets[0].outputs}, what)
+        r = self._problem_request({"op": "bench", "key": ref.key(), "sets": [s.payload() for s in sets],
+                                   "params": dataclasses.asdict(self.params),
+                                   "plan": self._plan(workload, "reference-timing", None, sets)},
+                                  what, self._bench_timeout(float(r.data.get("wall_ms", 0.0))))
+        del sets
+        self._collect()
         stats = latency_stats(r.data["times_ms"])
         self._ref_times[workload.uuid] = stats
         return stats
