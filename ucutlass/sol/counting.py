@@ -59,6 +59,17 @@ class OpCount:
         return {"op": self.op, "precision": self.precision, "flops": self.flops, "calls": self.calls,
                 "note": self.note}
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> OpCount:
+        """The inverse of :meth:`to_json`: ``OpCount.from_json(c.to_json()) == c``.
+
+        Raises:
+            ValueError: a field is missing or of the wrong type.
+        """
+        _check_keys(data, {"op", "precision", "flops", "calls", "note"}, "OpCount")
+        return cls(op=_str(data["op"]), precision=_str(data["precision"]), flops=_number(data["flops"]),
+                   calls=_int(data["calls"]), note=_str(data["note"]))
+
 
 @dataclass(frozen=True)
 class Counts:
@@ -83,6 +94,32 @@ class Counts:
     data_dependent: bool = False
     seed: int | None = None
 
+    def to_json(self) -> dict:
+        """A JSON-able dict; :meth:`from_json` gives back an equal ``Counts`` (what the counting process sends)."""
+        return {"flops_by_precision": dict(self.flops_by_precision), "per_op": [o.to_json() for o in self.per_op],
+                "input_bytes": dict(self.input_bytes), "output_bytes": dict(self.output_bytes),
+                "other_flops": self.other_flops, "notes": list(self.notes), "data_dependent": self.data_dependent,
+                "seed": self.seed}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Counts:
+        """The inverse of :meth:`to_json`, checking every field (the data comes from another process).
+
+        Raises:
+            ValueError: a field is missing or of the wrong type.
+        """
+        _check_keys(data, {"flops_by_precision", "per_op", "input_bytes", "output_bytes", "other_flops", "notes",
+                           "data_dependent", "seed"}, "Counts")
+        if not isinstance(data["per_op"], list) or not isinstance(data["notes"], list):
+            raise ValueError("Counts: per_op and notes must be lists")
+        if not isinstance(data["data_dependent"], bool):
+            raise ValueError("Counts: data_dependent must be a bool")
+        return cls(flops_by_precision=_numbers(data["flops_by_precision"]),
+                   per_op=tuple(OpCount.from_json(o) for o in data["per_op"]),
+                   input_bytes=_numbers(data["input_bytes"]), output_bytes=_numbers(data["output_bytes"]),
+                   other_flops=_number(data["other_flops"]), notes=tuple(_str(n) for n in data["notes"]),
+                   data_dependent=data["data_dependent"], seed=None if data["seed"] is None else _int(data["seed"]))
+
     @property
     def flops(self) -> int:
         """Tensor-core FLOP over all precisions."""
@@ -92,6 +129,36 @@ class Counts:
     def bytes(self) -> int:
         """Minimum DRAM bytes: inputs read once plus outputs written once."""
         return sum(self.input_bytes.values()) + sum(self.output_bytes.values())
+
+
+def _check_keys(data, keys: set, what: str) -> None:
+    if not isinstance(data, Mapping) or set(data) != keys:
+        got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
+        raise ValueError(f"{what}: expected the fields {sorted(keys)}, got {got}")
+
+
+def _str(v) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"expected a string, got {v!r}")
+    return v
+
+
+def _int(v) -> int:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ValueError(f"expected an integer, got {v!r}")
+    return v
+
+
+def _number(v) -> int | float:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        raise ValueError(f"expected a number, got {v!r}")
+    return v
+
+
+def _numbers(d) -> dict[str, int | float]:
+    if not isinstance(d, Mapping):
+        raise ValueError(f"expected an object of numbers, got {d!r}")
+    return {_str(k): _number(v) for k, v in d.items()}
 
 
 def workload_seed(workload) -> int:
