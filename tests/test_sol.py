@@ -15,13 +15,21 @@ import torch
 from ucutlass.problem import load_problem
 from ucutlass.sol import (CalibrationError, HardwareError, SolError, analyze, calibrate, calibrate_command,
                           count_workload, format_table, hardware_command, list_hardware, load_hardware,
-                          sol_command, sol_score)
+                          shared_counting_process, sol_command, sol_score)
 from ucutlass.sol.flops import band_count
 from ucutlass.sol.hardware import datasheet_for
 
 SOLAR_BF16 = 1.8113e15
 SOLAR_BW = 7.672e12
 SOLAR_OVERHEAD_S = 0.406e-6
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_counting_process():
+    """These tests are about what is counted: one counting process serves the whole module (the process itself,
+    one per call by default, is tested in test_sol_isolation.py)."""
+    with shared_counting_process():
+        yield
 
 
 def make_problem(tmp_path: Path, name: str, axes: dict, inputs: dict, outputs: dict, reference: str,
