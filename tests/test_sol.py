@@ -132,7 +132,8 @@ def test_all_sol_execbench_problems_count_on_meta(sol_execbench_dir):
         if (folder / "definition.json").is_file() and "L1_044" not in folder.name:
             p = load_problem(folder)
             c = count_workload(p, p.workloads[0])
-            assert c.flops > 0 and c.bytes > 0, folder.name
+            # something is counted: tensor-core FLOPs, or (FlashInfer-Bench_003, an RMSNorm) elementwise work only
+            assert (c.flops > 0 or c.other_flops > 0) and c.bytes > 0, folder.name
 
 
 # --- synthetic problems: attention, masks, data-dependent routing, bytes rules ------------------------
