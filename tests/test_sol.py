@@ -293,6 +293,29 @@ def run(x, w, s):
     assert c.input_bytes["w"] == 4 << 36 and c.input_bytes["s"] == 0
 
 
+def test_custom_generator_with_its_own_generator_on_meta(tmp_path):
+    # torch.Generator(device="meta") raises in torch; while counting, it is a CPU generator (L2_015, L2_078)
+    ref = """
+import torch
+def make(axes, device):
+    g = torch.Generator(device=device)
+    g.manual_seed(42)
+    assert isinstance(g, torch.Generator)
+    return {"x": torch.randn(axes["M"], 32, device=device, generator=g),
+            "w": torch.randn(16, 32, device=device, generator=g)}
+def run(x, w):
+    return x @ w.t()
+"""
+    p = make_problem(tmp_path, "own_generator", {"M": {"type": "var"}},
+                     {"x": t(["M", 32], "float32"), "w": t([16, 32], "float32")}, {"y": t(["M", 16], "float32")},
+                     ref, [{"M": 8}], custom="make")
+    generator = torch.Generator
+    assert count_workload(p, p.workloads[0]).flops_by_precision == {"tf32": 2 * 8 * 16 * 32}
+    assert torch.Generator is generator
+    with pytest.raises(RuntimeError, match="not an accelerator"):  # as before, outside counting
+        torch.Generator(device="meta")
+
+
 def test_counting_leaves_the_callers_rng_alone(tmp_path):
     p = moe_problem(tmp_path)
     torch.manual_seed(123)

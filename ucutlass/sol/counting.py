@@ -30,6 +30,7 @@ bound); both are recorded in the notes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from dataclasses import dataclass
@@ -230,6 +231,30 @@ def _dtype(name: str):
     return torch_dtype(name)
 
 
+@contextlib.contextmanager
+def _cpu_generators_for_meta():
+    """While a problem's generator runs on meta: ``torch.Generator(device=meta)``, which torch refuses (meta is
+    no accelerator), makes a CPU generator; random ops on meta take one (L2_015, L2_078 of SOL-ExecBench
+    seed their own ``torch.Generator(device=device)``)."""
+    import torch
+
+    real = torch.Generator
+
+    class Generator(real):
+        def __new__(cls, device="cpu"):
+            device = torch.device(device)
+            return real.__new__(cls, "cpu" if device.type == "meta" else device)
+
+        def __init__(self, device="cpu"):
+            pass  # made by __new__
+
+    torch.Generator = Generator
+    try:
+        yield
+    finally:
+        torch.Generator = real
+
+
 def _generate(problem, workload, seed, module, tracer) -> dict[str, Any]:
     """Inputs on meta, made under the tracer so small ones get CPU shadows from ``seed``."""
     import torch
@@ -245,7 +270,8 @@ def _generate(problem, workload, seed, module, tracer) -> dict[str, Any]:
             raise ProblemError(f"{problem.id}: custom_inputs_entrypoint {problem.custom_inputs_entrypoint!r} "
                                "is not defined in the reference")
         torch.default_generator.manual_seed(seed)  # the CPU generator only: shadows are made on the CPU
-        made = fn({**problem.resolve_axes(workload), **workload.scalar_inputs()}, torch.device("meta"))
+        with _cpu_generators_for_meta():
+            made = fn({**problem.resolve_axes(workload), **workload.scalar_inputs()}, torch.device("meta"))
         missing = [n for n in problem.inputs if n not in made]
         if missing:
             raise ProblemError(f"{problem.id}: {problem.custom_inputs_entrypoint} made no input(s) {missing}")
