@@ -22,7 +22,8 @@ def _timeout_arg(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help="T_SOL: the problem's reference is counted in a child process; loading it, and counting "
-                        f"each workload, must each finish within SECONDS or it is killed (default {DEFAULT_TIMEOUT_S:g})")
+                        "each workload, must each finish within SECONDS or it is killed "
+                        f"(default {DEFAULT_TIMEOUT_S:g})")
 
 
 def _timeout(args) -> float:

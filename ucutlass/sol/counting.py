@@ -169,7 +169,11 @@ def workload_seed(workload) -> int:
 
 def count_workload(problem, workload, *, inputs: Mapping[str, Any] | None = None,
                    seed: int | None = None) -> Counts:
-    """Run ``problem``'s reference for ``workload`` on meta tensors and count it.
+    """Run ``problem``'s reference for ``workload`` on meta tensors and count it, in this process.
+
+    The reference is the problem's code: only trusted code runs it here (the counting process of
+    :mod:`ucutlass.sol.isolation`, tests). :func:`ucutlass.sol.analyze` and :func:`ucutlass.sol.counts_for`
+    run this in a child process, with a deadline.
 
     Args:
         problem: a :class:`ucutlass.problem.Problem`.

@@ -22,8 +22,9 @@ problem's code makes is ever unpickled here. The child's stdout and stderr (the 
 faulthandler's traceback on a segfault) go to a second pipe, of which the last ``OUTPUT_CAP`` bytes are
 kept for error messages and the rest is dropped.
 
-Loading the reference and counting each workload must each finish within ``timeout_s``. Past it, or when
-the child exits before ``end`` (an exit code, a signal), the child's whole process group is killed
+Loading the reference and counting each workload must each finish within ``timeout_s``. Past it (after the
+child has written its Python stack to its output), or when the child exits before ``end`` (an exit code,
+a signal), the child's whole process group is killed
 (``start_new_session``; on Linux the child also dies with its parent, ``PR_SET_PDEATHSIG``) and the
 outcome is a :class:`BrokenReferenceError` naming the problem, the workload and the deadline or exit
 status. An exception raised by the reference is the error it raised (``SolError``, ``ProblemError``;
@@ -61,6 +62,9 @@ OUTPUT_CAP = 64 * 1024
 OUTPUT_QUOTED = 2000
 #: A message line longer than this is not the child's (its records are a few kB).
 MESSAGE_CAP = 64 * 1024 * 1024
+#: Past a deadline the child is sent this signal first: faulthandler writes its Python stack to the output
+#: (even in a pure-Python loop: the handler is C), which the error message then quotes.
+DUMP_SIGNAL = signal.SIGUSR1
 
 #: Errors that keep their type across the process boundary; any other becomes a SolError naming it.
 _ERRORS: dict[str, type[UcutError]] = {"SolError": SolError, "ProblemError": ProblemError,
@@ -277,6 +281,22 @@ class _Child:
                 self._read(self._output)
                 self._eof = True
 
+    def dump_stack(self, wait_s: float = 0.5) -> None:
+        """Have the child write its Python stack to its output (:data:`DUMP_SIGNAL`) and read it."""
+        try:
+            os.kill(self.proc.pid, DUMP_SIGNAL)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and b"most recent call first" not in self._tail[-4096:]:
+            if self._output in self._selector.get_map():
+                self._selector.select(0.05)
+            else:
+                time.sleep(0.05)
+            self._read(self._output)
+        time.sleep(0.05)  # the rest of the dump
+        self._read(self._output)
+
     def output(self) -> str:
         """The child's last output (at most :data:`OUTPUT_QUOTED` characters), for an error message."""
         self._read(self._output)
@@ -343,6 +363,7 @@ class _Child:
             try:
                 msg = self.next_message(deadline)
             except _Deadline:
+                self.dump_stack()
                 if state == "starting":
                     raise SolError(f"the SOL counting process for {problem.id} did not start within "
                                    f"{START_TIMEOUT_S:g} s{_quoted(self.output())}") from None
@@ -449,6 +470,7 @@ def child_main(argv: Sequence[str]) -> int:
     import faulthandler
 
     faulthandler.enable()  # a segfault in the reference leaves its Python traceback in the output
+    faulthandler.register(DUMP_SIGNAL, all_threads=False)  # so does a hang: the parent signals before the kill
     fd, parent = int(argv[0]), int(argv[1])
     _die_with_parent(parent)
 
@@ -528,4 +550,5 @@ def _error_record(e: Exception, problem) -> dict:
     return {"type": type(e).__name__, "message": str(e), "at": at}
 
 
-__all__ = ["count_in_child", "shared_counting_process", "check_timeout", "DEFAULT_TIMEOUT_S", "START_TIMEOUT_S", "OUTPUT_CAP"]
+__all__ = ["count_in_child", "shared_counting_process", "check_timeout", "DEFAULT_TIMEOUT_S", "START_TIMEOUT_S",
+           "OUTPUT_CAP"]
