@@ -205,7 +205,7 @@ def tune(problem, program, *, kernel: str | None = None, source_file: str = "<sp
     import torch
 
     from ucutlass.grader import Grader
-    from ucutlass.sol import analyze, load_hardware
+    from ucutlass.sol import analyze, load_hardware, prefetch_counts
 
     from .distributed import GpuWorker, run_workers, visible_gpus
     from .measure import GraderMeasurer, NvccBuilder
@@ -221,10 +221,11 @@ def tune(problem, program, *, kernel: str | None = None, source_file: str = "<sp
         raise UcutError(f"--workers must be at least 1, got {workers}")
     hw = load_hardware(hardware)
     sol_cache: dict[str, float] = {}
+    prefetch_counts(problem, timeout_s=config.sol_timeout_s)  # every workload in one counting process
 
     def t_sol_ms(w):
         if w.uuid not in sol_cache:
-            sol_cache[w.uuid] = analyze(problem, w, hw).t_sol_ms
+            sol_cache[w.uuid] = analyze(problem, w, hw, timeout_s=config.sol_timeout_s).t_sol_ms
         return sol_cache[w.uuid]
 
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -213,7 +213,7 @@ class GpuWorker:
     def __call__(self, index: int, count: int) -> str:
         from ucutlass.dsl import parse
         from ucutlass.grader import Grader
-        from ucutlass.sol import analyze, load_hardware
+        from ucutlass.sol import analyze, load_hardware, prefetch_counts
 
         from . import plan
         from .measure import GraderMeasurer, NvccBuilder
@@ -224,10 +224,15 @@ class GpuWorker:
         jobs = max(1, (self.jobs or os.cpu_count() or 1) // count)
         print(f"worker {index}/{count} pid {os.getpid()} CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} "
               f"nvcc jobs {jobs}", flush=True)
-        with Grader(self.problem, t_sol_ms=lambda w: analyze(self.problem, w, hw).t_sol_ms) as grader:
+        timeout_s = self.config.sol_timeout_s
+        prefetch_counts(self.problem, p.tuned, timeout_s=timeout_s)  # the tuned workloads in one counting process
+
+        def t_sol_ms(w):
+            return analyze(self.problem, w, hw, timeout_s=timeout_s).t_sol_ms
+
+        with Grader(self.problem, t_sol_ms=t_sol_ms) as grader:
             tuner = Tuner(self.problem, p.binding, p.space, build=NvccBuilder(self.source_file, jobs=jobs),
-                          measure=GraderMeasurer(grader, self.source_file),
-                          t_sol_ms=lambda w: analyze(self.problem, w, hw).t_sol_ms, config=self.config,
+                          measure=GraderMeasurer(grader, self.source_file), t_sol_ms=t_sol_ms, config=self.config,
                           storage=self.storage, study_name=self.study_name, progress=_print_event,
                           worker_index=index, workers=count)
             reason = tuner.work()

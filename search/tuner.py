@@ -128,6 +128,8 @@ class TuneConfig:
             shortens the geomean time over every workload by at least this fraction.
         dispatch_workloads: the dispatch's candidates are timed on this many workloads spread over the range of
             work (:func:`representative_workloads`); the dispatch chosen is then graded on every workload.
+        sol_timeout_s: T_SOL counts the problem's reference in a child process; loading it, and counting each
+            workload, must each finish within this many seconds (``ucutlass tune --timeout``).
     """
 
     trials: int | None = None
@@ -141,6 +143,7 @@ class TuneConfig:
     dispatch: int = 3
     dispatch_gain: float = 0.05
     dispatch_workloads: int = 12
+    sol_timeout_s: float = 60.0
 
 
 @dataclass

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from ucutlass.problem import load_problem
-from ucutlass.sol import compare_published
+from ucutlass.sol import compare_published, shared_counting_process
 
 ALL = "all"
 
@@ -42,6 +42,14 @@ PROBLEMS = [
 #: The MoE generator loops over tokens in Python (≈3 s per workload on meta): two in CI, all with
 #: UCUTLASS_SOL_FULL=1 (or run `python -m ucutlass.sol.published ../shared/sol-execbench`).
 SUBSETS = {"L1_044_moe_expert_computation": None if os.environ.get("UCUTLASS_SOL_FULL") else {0, 1}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_counting_process():
+    """These tests are about what is counted: one counting process serves the whole module (the process itself,
+    one per call by default, is tested in test_sol_isolation.py)."""
+    with shared_counting_process():
+        yield
 
 
 @pytest.mark.parametrize("name", PROBLEMS)

@@ -17,6 +17,21 @@ from .errors import CheckError, ToolchainError, UcutError, UcutSyntaxError
 from .ir import Choice
 
 
+def _timeout_arg(p: argparse.ArgumentParser) -> None:
+    from .sol import DEFAULT_TIMEOUT_S
+
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help="T_SOL: the problem's reference is counted in a child process; loading it, and counting "
+                        "each workload, must each finish within SECONDS or it is killed "
+                        f"(default {DEFAULT_TIMEOUT_S:g})")
+
+
+def _timeout(args) -> float:
+    if not args.timeout > 0:
+        raise UcutError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
+    return args.timeout
+
+
 def _problems_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problems", action="append", default=[], metavar="DIR",
                    help="extra folder of problems (repeatable; also $UCUTLASS_PROBLEMS)")
@@ -267,7 +282,8 @@ def cmd_sol(args) -> int:
         return 0
     if not args.problem:
         raise UcutError("ucutlass sol needs a PROBLEM (or --list-gpus)")
-    print(sol_command(find_problem(args.problem, args.problems), gpu=args.gpu, as_json=args.json))
+    print(sol_command(find_problem(args.problem, args.problems), gpu=args.gpu, as_json=args.json,
+                      timeout_s=_timeout(args)))
     return 0
 
 
@@ -337,24 +353,22 @@ def _solution_for_file(path: str, problem, args):
     return solution_for(results[0].so_path, program.source, path, bound[0].name, bound[0].config_name())
 
 
-class _TSolOf:
-    """T_SOL of a problem's workloads on one hardware spec; picklable, since ``grade`` sends it to the
-    process that grades."""
+class _TSolTable:
+    """T_SOL per workload uuid, computed here (the counting runs in a child process of its own, with a
+    deadline) and sent to the process that grades: a picklable ``t_sol_ms``."""
 
-    def __init__(self, problem, hardware):
-        self.problem, self.hardware = problem, hardware
+    def __init__(self, table):
+        self.table = dict(table)
 
-    def __call__(self, workload) -> float:
-        from .sol import analyze
-
-        return analyze(self.problem, workload, self.hardware).t_sol_ms
+    def __call__(self, workload) -> float | None:
+        return self.table.get(workload.uuid)
 
 
 def cmd_grade(args) -> int:
     from .grader import format_table, summarize
     from .grader.supervised import grade_in_child
     from .problem import find_problem
-    from .sol import load_hardware
+    from .sol import SolError, analyze, load_hardware, prefetch_counts
 
     problem = find_problem(args.problem, args.problems)
     if args.file.endswith(".ucut"):
@@ -368,18 +382,27 @@ def cmd_grade(args) -> int:
     solution = _solution_for_file(args.file, problem, args)
     import torch
 
+    workloads = None
+    if args.workloads:
+        workloads = [problem.workloads[i] for i in range(min(args.workloads, len(problem.workloads)))]
     t_sol = None
     if not torch.cuda.is_available():
         print("note: grading on the CPU (no CUDA GPU): times are CPU wall-clock, so no T_SOL or SOL score "
               "is given", file=sys.stderr)
     else:
         try:
-            t_sol = _TSolOf(problem, load_hardware(args.gpu))
+            hw = load_hardware(args.gpu)
+            graded = workloads if workloads is not None else list(problem.workloads)
+            prefetch_counts(problem, graded)  # one counting process; a failure is the grader's note per workload
+            table = {}
+            for w in graded:
+                try:
+                    table[w.uuid] = analyze(problem, w, hw).t_sol_ms
+                except SolError as e:
+                    print(f"note: no T_SOL for {w.label()} ({e})", file=sys.stderr)
+            t_sol = _TSolTable(table)
         except UcutError as e:
             print(f"note: no T_SOL ({e}); SOL scores are left out", file=sys.stderr)
-    workloads = None
-    if args.workloads:
-        workloads = [problem.workloads[i] for i in range(min(args.workloads, len(problem.workloads)))]
     # In a child process: a candidate that kills the process grading it (where the OS cannot stop it) leaves
     # CRASHED verdicts, not a silent exit 137.
     results = grade_in_child(problem, solution, workloads, t_sol_ms=t_sol, timeout_s=args.timeout)
@@ -410,20 +433,22 @@ def cmd_tune(args) -> int:
     _require_kernel(program, args.kernel, "tune")
     config = TuneConfig(trials=args.trials, epsilon=args.epsilon, patience=args.patience, batch=args.batch,
                         max_workloads=args.max_workloads, sampler=args.sampler, seed=args.seed,
-                        time_limit_s=args.time_limit, dispatch=args.dispatch)
+                        time_limit_s=args.time_limit, dispatch=args.dispatch, sol_timeout_s=_timeout(args))
     if args.dispatch < 1:
         raise UcutError(f"--dispatch must be at least 1, got {args.dispatch}")
     if args.dry_run:
         p = plan(problem, program, kernel=args.kernel, source_file=str(spec), max_workloads=args.max_workloads)
         t_sol = None
         try:
-            from .sol import analyze, load_hardware
+            from .sol import analyze, load_hardware, prefetch_counts
 
             hw = load_hardware(args.gpu if args.gpu != "local" else "h200")
-            t_sol = lambda w: analyze(problem, w, hw).t_sol_ms  # noqa: E731
+            t_sol = lambda w: analyze(problem, w, hw, timeout_s=config.sol_timeout_s).t_sol_ms  # noqa: E731
             print(f"T_SOL from {hw.name} ({hw.method})")
         except UcutError:
             pass
+        if t_sol is not None:
+            prefetch_counts(problem, p.tuned, timeout_s=config.sol_timeout_s)  # one counting process for all
         print(p.describe(t_sol))
         return 0
     target = program.kernel(args.kernel).target
@@ -490,6 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-gpus", action="store_true", help="list the hardware specs (with their sources)")
     p.add_argument("--gpu", default="h200", help="hardware spec: h200, h100, b200, b200-solar, local, …")
     p.add_argument("--json", action="store_true")
+    _timeout_arg(p)
     _problems_arg(p)
     p.set_defaults(func=cmd_sol)
 
@@ -537,6 +563,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpu", default="local", help="hardware spec for T_SOL (default: this GPU)")
     p.add_argument("--dry-run", action="store_true", help="show the space and plan; no GPU needed")
+    _timeout_arg(p)
     _problems_arg(p)
     p.set_defaults(func=cmd_tune)
 

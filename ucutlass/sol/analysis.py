@@ -7,11 +7,15 @@ bandwidth, plus the hardware entry's fixed per-workload overhead (SOLAR's ~0.4 �
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .counting import Counts, OpCount, count_workload
+from ..errors import UcutError
+from ._errors import BrokenReferenceError
+from .counting import Counts, OpCount
 from .hardware import Hardware, load_hardware
+from .isolation import check_timeout, count_in_child
 
 
 @dataclass(frozen=True)
@@ -71,17 +75,78 @@ class SolReport:
         }
 
 
-_COUNTS: dict[tuple, Counts] = {}
+#: (problem key, workload uuid, seed) → its Counts, or the error counting it raised
+_COUNTS: dict[tuple, Counts | UcutError] = {}
+#: problem key → the first hang or exit of its reference: its other workloads are not tried again
+_BROKEN: dict[tuple, BrokenReferenceError] = {}
 
 
-def counts_for(problem, workload, *, inputs: Mapping[str, Any] | None = None, seed: int | None = None) -> Counts:
-    """:func:`count_workload`, cached per (problem folder, id, workload uuid, seed) when no inputs are given."""
+def _problem_key(problem) -> tuple:
+    """A problem's cache key: its folder, id and a digest of its reference (an edited reference counts anew)."""
+    text = f"{problem.reference_source}\0{problem.custom_inputs_entrypoint or ''}"
+    return str(problem.path), problem.id, hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def prefetch_counts(problem, workloads=None, *, seed: int | None = None, timeout_s: float | None = None) -> None:
+    """Count, in one child process, every one of ``workloads`` not counted yet, and cache the outcomes.
+
+    Callers that will ask for several workloads of a problem call this first, so that one process (one
+    torch import) counts them all; :func:`counts_for` and :func:`analyze` then find them in the cache.
+    Failures are cached too and raised by those, for the workload they belong to.
+
+    Args:
+        problem: a :class:`ucutlass.problem.Problem`.
+        workloads: its workloads (or their indices); default all of them.
+        seed: seed for generated inputs (default :func:`ucutlass.sol.counting.workload_seed`).
+        timeout_s: limit for loading the reference, and for counting each workload
+            (default :data:`ucutlass.sol.isolation.DEFAULT_TIMEOUT_S`).
+
+    Raises:
+        SolError: the counting process itself could not start. ValueError: ``timeout_s`` is not positive.
+    """
+    timeout_s = check_timeout(timeout_s)
+    pkey = _problem_key(problem)
+    if pkey in _BROKEN:
+        return
+    picked = problem.workloads if workloads is None else \
+        [problem.workloads[w] if isinstance(w, int) else w for w in workloads]
+    todo = []
+    for w in picked:
+        if (pkey, w.uuid, seed) not in _COUNTS and w not in todo:
+            todo.append(w)
+    outcomes = count_in_child(problem, todo, seed=seed, timeout_s=timeout_s)
+    for w, outcome in zip(todo, outcomes):
+        _COUNTS[(pkey, w.uuid, seed)] = outcome
+        if isinstance(outcome, BrokenReferenceError):
+            _BROKEN[pkey] = outcome
+
+
+def counts_for(problem, workload, *, inputs: Mapping[str, Any] | None = None, seed: int | None = None,
+               timeout_s: float | None = None) -> Counts:
+    """:func:`count_workload` in a child process (:mod:`ucutlass.sol.isolation`), cached per (problem, workload
+    uuid, seed) when no inputs are given.
+
+    Raises:
+        BrokenReferenceError: the reference hung past ``timeout_s`` or ended the counting process (for this
+            workload or, earlier in this process, for another workload of the problem).
+        SolError, ProblemError: as :func:`count_workload`. ValueError: ``timeout_s`` is not positive.
+    """
+    timeout_s = check_timeout(timeout_s)
     if inputs is not None:
-        return count_workload(problem, workload, inputs=inputs)
-    key = (str(problem.path), problem.id, workload.uuid, seed)
-    if key not in _COUNTS:
-        _COUNTS[key] = count_workload(problem, workload, seed=seed)
-    return _COUNTS[key]
+        outcome = count_in_child(problem, [workload], inputs=inputs, seed=seed, timeout_s=timeout_s)[0]
+    else:
+        key = (_problem_key(problem), workload.uuid, seed)
+        if key not in _COUNTS:
+            prefetch_counts(problem, [workload], seed=seed, timeout_s=timeout_s)
+        outcome = _COUNTS.get(key)
+        if outcome is None:  # the problem broke on another workload
+            first = _BROKEN[key[0]]
+            outcome = BrokenReferenceError(f"{first} (so its workload {workload.label()} is not counted either; "
+                                           "ucutlass.sol.clear_cache() forgets this)", problem_id=problem.id,
+                                           workload=first.workload, timeout_s=first.timeout_s, status=first.status)
+    if isinstance(outcome, Exception):
+        raise outcome.with_traceback(None)
+    return outcome
 
 
 def roofline(counts: Counts, hw: Hardware, *, problem_id: str = "", workload=None) -> SolReport:
@@ -116,7 +181,7 @@ _REPORTS: dict[tuple, SolReport] = {}
 
 
 def analyze(problem, workload, hardware: Hardware | str, *, inputs: Mapping[str, Any] | None = None,
-            seed: int | None = None) -> SolReport:
+            seed: int | None = None, timeout_s: float | None = None) -> SolReport:
     """The SOL report of one workload of a problem on one GPU.
 
     Args:
@@ -126,30 +191,36 @@ def analyze(problem, workload, hardware: Hardware | str, *, inputs: Mapping[str,
         inputs: the real inputs to bound (data-dependent problems such as MoE routing); default: generated
             on meta, with small tensors made on the CPU from ``seed``.
         seed: seed for generated inputs (default :func:`ucutlass.sol.counting.workload_seed`).
+        timeout_s: the reference is counted in a child process (:mod:`ucutlass.sol.isolation`); loading it
+            and counting the workload must each finish within this many seconds (default 60).
 
     Returns:
         A :class:`SolReport`; cached per (problem, workload uuid, hardware, seed) unless ``inputs`` are given.
 
     Raises:
-        SolError: the reference cannot be counted. HardwareError: unknown hardware or no rate for a precision.
+        SolError: the reference cannot be counted; BrokenReferenceError (a SolError) when it hangs past
+            ``timeout_s`` or ends the counting process. ProblemError: the problem is malformed.
+        HardwareError: unknown hardware or no rate for a precision.
     """
+    timeout_s = check_timeout(timeout_s)
     hw = load_hardware(hardware)
     if isinstance(workload, int):
         workload = problem.workloads[workload]
-    key = (str(problem.path), problem.id, workload.uuid, hw.name, hw.digest(), seed)
+    key = (_problem_key(problem), workload.uuid, hw.name, hw.digest(), seed)
     if inputs is None and key in _REPORTS:
         return _REPORTS[key]
-    report = roofline(counts_for(problem, workload, inputs=inputs, seed=seed), hw, problem_id=problem.id,
-                      workload=workload)
+    report = roofline(counts_for(problem, workload, inputs=inputs, seed=seed, timeout_s=timeout_s), hw,
+                      problem_id=problem.id, workload=workload)
     if inputs is None:
         _REPORTS[key] = report
     return report
 
 
 def clear_cache() -> None:
-    """Forget cached counts and reports (after editing a problem's reference)."""
+    """Forget cached counts, reports and broken problems."""
     _COUNTS.clear()
+    _BROKEN.clear()
     _REPORTS.clear()
 
 
-__all__ = ["SolReport", "analyze", "roofline", "counts_for", "clear_cache"]
+__all__ = ["SolReport", "analyze", "roofline", "counts_for", "prefetch_counts", "clear_cache"]

@@ -30,6 +30,7 @@ bound); both are recorded in the notes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from dataclasses import dataclass
@@ -59,6 +60,17 @@ class OpCount:
         return {"op": self.op, "precision": self.precision, "flops": self.flops, "calls": self.calls,
                 "note": self.note}
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> OpCount:
+        """The inverse of :meth:`to_json`: ``OpCount.from_json(c.to_json()) == c``.
+
+        Raises:
+            ValueError: a field is missing or of the wrong type.
+        """
+        _check_keys(data, {"op", "precision", "flops", "calls", "note"}, "OpCount")
+        return cls(op=_str(data["op"]), precision=_str(data["precision"]), flops=_number(data["flops"]),
+                   calls=_int(data["calls"]), note=_str(data["note"]))
+
 
 @dataclass(frozen=True)
 class Counts:
@@ -83,6 +95,32 @@ class Counts:
     data_dependent: bool = False
     seed: int | None = None
 
+    def to_json(self) -> dict:
+        """A JSON-able dict; :meth:`from_json` gives back an equal ``Counts`` (what the counting process sends)."""
+        return {"flops_by_precision": dict(self.flops_by_precision), "per_op": [o.to_json() for o in self.per_op],
+                "input_bytes": dict(self.input_bytes), "output_bytes": dict(self.output_bytes),
+                "other_flops": self.other_flops, "notes": list(self.notes), "data_dependent": self.data_dependent,
+                "seed": self.seed}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Counts:
+        """The inverse of :meth:`to_json`, checking every field (the data comes from another process).
+
+        Raises:
+            ValueError: a field is missing or of the wrong type.
+        """
+        _check_keys(data, {"flops_by_precision", "per_op", "input_bytes", "output_bytes", "other_flops", "notes",
+                           "data_dependent", "seed"}, "Counts")
+        if not isinstance(data["per_op"], list) or not isinstance(data["notes"], list):
+            raise ValueError("Counts: per_op and notes must be lists")
+        if not isinstance(data["data_dependent"], bool):
+            raise ValueError("Counts: data_dependent must be a bool")
+        return cls(flops_by_precision=_numbers(data["flops_by_precision"]),
+                   per_op=tuple(OpCount.from_json(o) for o in data["per_op"]),
+                   input_bytes=_numbers(data["input_bytes"]), output_bytes=_numbers(data["output_bytes"]),
+                   other_flops=_number(data["other_flops"]), notes=tuple(_str(n) for n in data["notes"]),
+                   data_dependent=data["data_dependent"], seed=None if data["seed"] is None else _int(data["seed"]))
+
     @property
     def flops(self) -> int:
         """Tensor-core FLOP over all precisions."""
@@ -94,6 +132,36 @@ class Counts:
         return sum(self.input_bytes.values()) + sum(self.output_bytes.values())
 
 
+def _check_keys(data, keys: set, what: str) -> None:
+    if not isinstance(data, Mapping) or set(data) != keys:
+        got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
+        raise ValueError(f"{what}: expected the fields {sorted(keys)}, got {got}")
+
+
+def _str(v) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"expected a string, got {v!r}")
+    return v
+
+
+def _int(v) -> int:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ValueError(f"expected an integer, got {v!r}")
+    return v
+
+
+def _number(v) -> int | float:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        raise ValueError(f"expected a number, got {v!r}")
+    return v
+
+
+def _numbers(d) -> dict[str, int | float]:
+    if not isinstance(d, Mapping):
+        raise ValueError(f"expected an object of numbers, got {d!r}")
+    return {_str(k): _number(v) for k, v in d.items()}
+
+
 def workload_seed(workload) -> int:
     """The seed used for a workload's inputs when none is given: stable, from its uuid (31 bits)."""
     return int(hashlib.sha256(workload.uuid.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
@@ -101,7 +169,11 @@ def workload_seed(workload) -> int:
 
 def count_workload(problem, workload, *, inputs: Mapping[str, Any] | None = None,
                    seed: int | None = None) -> Counts:
-    """Run ``problem``'s reference for ``workload`` on meta tensors and count it.
+    """Run ``problem``'s reference for ``workload`` on meta tensors and count it, in this process.
+
+    The reference is the problem's code: only trusted code runs it here (the counting process of
+    :mod:`ucutlass.sol.isolation`, tests). :func:`ucutlass.sol.analyze` and :func:`ucutlass.sol.counts_for`
+    run this in a child process, with a deadline.
 
     Args:
         problem: a :class:`ucutlass.problem.Problem`.
@@ -163,6 +235,30 @@ def _dtype(name: str):
     return torch_dtype(name)
 
 
+@contextlib.contextmanager
+def _cpu_generators_for_meta():
+    """While a problem's generator runs on meta: ``torch.Generator(device=meta)``, which torch refuses (meta is
+    no accelerator), makes a CPU generator; random ops on meta take one (L2_015, L2_078 of SOL-ExecBench
+    seed their own ``torch.Generator(device=device)``)."""
+    import torch
+
+    real = torch.Generator
+
+    class Generator(real):
+        def __new__(cls, device="cpu"):
+            device = torch.device(device)
+            return real.__new__(cls, "cpu" if device.type == "meta" else device)
+
+        def __init__(self, device="cpu"):
+            pass  # made by __new__
+
+    torch.Generator = Generator
+    try:
+        yield
+    finally:
+        torch.Generator = real
+
+
 def _generate(problem, workload, seed, module, tracer) -> dict[str, Any]:
     """Inputs on meta, made under the tracer so small ones get CPU shadows from ``seed``."""
     import torch
@@ -178,7 +274,8 @@ def _generate(problem, workload, seed, module, tracer) -> dict[str, Any]:
             raise ProblemError(f"{problem.id}: custom_inputs_entrypoint {problem.custom_inputs_entrypoint!r} "
                                "is not defined in the reference")
         torch.default_generator.manual_seed(seed)  # the CPU generator only: shadows are made on the CPU
-        made = fn({**problem.resolve_axes(workload), **workload.scalar_inputs()}, torch.device("meta"))
+        with _cpu_generators_for_meta():
+            made = fn({**problem.resolve_axes(workload), **workload.scalar_inputs()}, torch.device("meta"))
         missing = [n for n in problem.inputs if n not in made]
         if missing:
             raise ProblemError(f"{problem.id}: {problem.custom_inputs_entrypoint} made no input(s) {missing}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Iterable, Sequence
 
-from .analysis import SolReport, analyze
+from .analysis import SolReport, analyze, prefetch_counts
 from ._errors import HardwareError
 from .hardware import ALIASES, Hardware, list_hardware, load_hardware
 
@@ -57,30 +57,34 @@ def format_table(reports: Sequence[SolReport], hardware: Hardware | None = None)
     return "\n".join(lines)
 
 
-def sol_reports(problem, gpu: str | Hardware, workloads: Iterable[int] | None = None) -> list[SolReport]:
-    """:func:`analyze` for every workload (or the given indices) of a problem on one GPU."""
+def sol_reports(problem, gpu: str | Hardware, workloads: Iterable[int] | None = None, *,
+                timeout_s: float | None = None) -> list[SolReport]:
+    """:func:`analyze` for every workload (or the given indices) of a problem on one GPU, counted in one child
+    process (:func:`prefetch_counts`); ``timeout_s`` as for :func:`analyze`."""
     hw = load_hardware(gpu)
     picked = problem.workloads if workloads is None else [problem.workloads[i] for i in workloads]
-    return [analyze(problem, w, hw) for w in picked]
+    prefetch_counts(problem, picked, timeout_s=timeout_s)
+    return [analyze(problem, w, hw, timeout_s=timeout_s) for w in picked]
 
 
-def sol_command(problem, gpu: str, as_json: bool = False) -> str:
-    """The text ``ucutlass sol PROBLEM --gpu GPU [--json]`` prints.
+def sol_command(problem, gpu: str, as_json: bool = False, *, timeout_s: float | None = None) -> str:
+    """The text ``ucutlass sol PROBLEM --gpu GPU [--json] [--timeout SECONDS]`` prints.
 
     Args:
         problem: a :class:`ucutlass.problem.Problem`, or an id / folder for :func:`ucutlass.problem.find_problem`.
         gpu: a hardware name or alias (``h200``, ``b200``, ``b200-solar``, ``local`` …).
         as_json: JSON (hardware entry + one record per workload) instead of the table.
+        timeout_s: limit for loading the reference and for counting each workload (default 60 s).
 
     Raises:
-        ProblemError, HardwareError, SolError: as :func:`analyze`.
+        ProblemError, HardwareError, SolError (BrokenReferenceError): as :func:`analyze`.
     """
     if isinstance(problem, str):
         from ..problem import find_problem
 
         problem = find_problem(problem)
     hw = load_hardware(gpu)
-    reports = sol_reports(problem, hw)
+    reports = sol_reports(problem, hw, timeout_s=timeout_s)
     if as_json:
         return json.dumps({"problem": problem.id, "hardware": hw.to_json(),
                            "workloads": [r.to_json() for r in reports]}, indent=2)
