@@ -112,7 +112,13 @@ def test_a_candidate_cannot_write_outside_its_scratch_folder(gemm, tmp_path):
     assert not outside.exists()
     assert r2.status is Status.RUNTIME_ERROR and "Permission denied" in r2.log, f"{r2.status}: {r2.reason}"
     assert (prob_dir / "definition.json").read_bytes() == definition
-    for path in (SOLUTIONS / "escaped.txt", Path("/tmp/ucutlass-escaped.txt")):  # the suite's escape_write cheat
+
+    targets = (SOLUTIONS / "escaped.txt", Path("/tmp/ucutlass-escaped.txt"))  # the suite's escape_write cheat
+    for path in targets:
+        path.unlink(missing_ok=True)  # left by another grader (an old one, without the confinement)
+    (r3,) = gemm.grade(solution("cheat_escape_write.py"), [1])
+    assert r3.status is Status.RUNTIME_ERROR, f"{r3.status}: {r3.reason}"
+    for path in targets:
         assert not path.exists(), path
 
 
