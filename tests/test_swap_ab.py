@@ -17,6 +17,7 @@ import pytest
 from ucutlass import arch, codegen, dsl, ir
 from ucutlass.arch import sm90
 from ucutlass.bind import bind
+from ucutlass.dispatch import kernel_block, pin_swap_ab, render_dispatch
 from ucutlass.errors import CheckError, UcutSyntaxError
 from ucutlass.ir import EpilogueInputKind, Layout, ReductionMode
 from ucutlass.problem import load_problem
@@ -461,6 +462,31 @@ def test_the_tuner_builds_what_a_bound_call_loads(tmp_path):
     for params in p.legal:
         program = p.space.concrete_program(params)
         assert bind(program.kernel(), problem).kernel == p.space.concrete(params)
+
+
+def test_a_tuned_kernel_keeps_its_swap_ab_in_a_dispatch():
+    source = f"kernel g : gemm {{ {ABD}\n  tile = 128x64x128 }}"
+    block = kernel_block(source, "g")
+    pinned = pin_swap_ab(block, False)
+    assert "swap_ab = false" in pinned
+    text = render_dispatch([(pinned, "g_m64", ("M", 64)), (block, "g", None)])
+    small, large = dsl.parse(text).dispatch()
+    assert small.swap_ab is False and arch.resolve_swap_ab(small) is False  # measured without swap: stays so
+    assert pin_swap_ab(block.replace("tile = 128x64x128", "tile = 128x64x128 swap_ab = auto"), True).count(
+        "swap_ab = true") == 1
+    written = block.replace("tile = 128x64x128", "tile = 128x64x128 swap_ab = false")
+    assert pin_swap_ab(written, True) == written  # an explicit value is what was measured
+
+
+def test_check_reports_a_binding_that_swaps(tmp_path, capsys):
+    from ucutlass.cli import main
+
+    folder = _problem(tmp_path, [1, 16])
+    spec = tmp_path / "lin.ucut"
+    spec.write_text(SPEC.replace("{128x16x128, 64x128x64}", "128x16x128").replace("{auto, false}", "auto"))
+    assert main(["check", str(spec), "--problem", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "swap_ab = auto is true for these workloads" in out and "alignment" not in out
 
 
 def test_open_swap_ab_is_refused_before_rendering():
