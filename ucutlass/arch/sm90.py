@@ -41,7 +41,8 @@ from ._common import spell as _spell
 from ._common import swizzle_alignment as _swizzle_alignment
 
 __all__ = [
-    "check_kernel", "resolve_schedule", "resolve_swap_ab", "mma_view", "mainloop_stages", "auto_stages", "max_stages", "smem_bytes",
+    "check_kernel", "resolve_schedule", "resolve_swap_ab", "mma_view", "mainloop_stages", "auto_stages", "max_stages",
+    "smem_bytes", "stage_slices", "swizzle_modes", "smem_tiles",
     "epilogue_smem_bytes", "epilogue_tile", "stage_bytes", "RULES",
     "SMEM_CAPACITY_BYTES", "TMA_ALIGNMENT_BYTES", "MIN_STAGES", "STAGE_ALIGNMENT_BYTES",
     "PIPELINE_BARRIER_BYTES_PER_STAGE", "COOPERATIVE_TILE_M", "WARPSPECIALIZED_TILE_M", "TILE_N_MULTIPLE",
@@ -415,7 +416,7 @@ SWIZZLE_ATOM_ROWS = 8
 def swizzle_modes(rows: int, run: int, stages: int, elem_bytes: int) -> tuple[int, int, int]:
     """The modes ``tile_to_shape`` lays the atoms out in: (rows / 8, run / atom run, stages), ``rows`` being the
     tile's extent across its contiguous dim and ``run`` the extent along it (K-major (N, K) and MN-major (K, N) alike:
-    ``sm90_mma_tma_gmma_ss_warpspecialized.hpp:120-125`` and ``sm90_epilogue_tma_warpspecialized.hpp:161-168`` tile
+    ``sm90_mma_tma_gmma_ss_warpspecialized.hpp:128-135`` and ``sm90_epilogue_tma_warpspecialized.hpp:161-168`` tile
     the contiguous dim's atoms after the other's)."""
     width = next((b // elem_bytes for b in SWIZZLE_RUN_BYTES if run % (b // elem_bytes) == 0), run)
     return rows // SWIZZLE_ATOM_ROWS, run // width, stages
@@ -427,8 +428,9 @@ def stage_slices(rows: int, run: int, stages: int, elem_bytes: int) -> bool:
     The atoms' swizzle functors (Swizzle<B, 4, 3>, B = 3, 2, 1, 0 for 128- to 16-byte runs) act on element offsets
     and repeat every 2^(B+7) elements, which is ``elem_bytes`` atoms. Slicing a stage (``SmemLayoutB{}(_,_,0)``,
     ``sm90_mma_tma_gmma_ss_warpspecialized.hpp:188``, and the epilogue's ``sD(_,_,index)``) composes that period with
-    the layout's modes in order, and a mode that neither divides what is left of the period nor is divided by it
-    fails ``static_assert ... "Shape Divisibility Condition"`` / ``"Stride Divisibility Condition"``
+    the layout's modes in order (the epilogue's C, D and aux tiles are modelled alike: no failure of theirs alone was
+    seen, N = 24 fails earlier, ``sm90.tile-n``), and a mode that neither divides what is left of the period nor is
+    divided by it fails ``static_assert ... "Shape Divisibility Condition"`` / ``"Stride Divisibility Condition"``
     (``cute/layout.hpp:1101``, ``composition_impl``). In words: a 16-bit tile of 8 rows per 128-byte run needs an
     even count in its first mode above 1 (rows / 8, then run / 64, then stages); 32-bit needs a multiple of 4; 8-bit
     anything; a last mode may also end inside the period (a whole tile shorter than it). Found by nvcc 13.0 on
@@ -503,9 +505,9 @@ def _check_smem_layout(kernel: GemmKernel, view: GemmKernel, swap_note: str) -> 
                 and _slices(mma_view(other)):
             valid.append(_spell(shape))
     what = "a mainloop stage" if name in ("a", "b") else "an epilogue stage"
+    modes = swizzle_modes(rows, run, stages, dtype.bytes)
     return [_diag("sm90.smem-layout", f"tile {_spell(kernel.tile)}{swap_note}: {user}'s shared-memory tile is {rows} "
-                  f"rows x {run} {dtype.value} per stage, {stages} stages ({what}); its {swizzle_modes(rows, run, stages, dtype.bytes)} "
-                  f"swizzle-atom modes do not divide the swizzle's period of {dtype.bytes} atoms, so CuTe cannot "
+                  f"rows x {run} {dtype.value} per stage, {stages} stages ({what}); its {modes} swizzle-atom modes do not divide the swizzle's period of {dtype.bytes} atoms, so CuTe cannot "
                   "slice out one stage (nvcc: \"Shape Divisibility Condition\", cute/layout.hpp:1101); 16-bit tiles "
                   "need an even atom count first, 32-bit a multiple of 4", _pos(kernel, "tile"),
                   tuple(dict.fromkeys(valid)))]
