@@ -17,6 +17,7 @@ from typing import Iterator, Mapping, Sequence
 from optuna.distributions import CategoricalDistribution
 
 from ucutlass import arch
+from ucutlass.bind import resolve_swap_ab
 from ucutlass.errors import Diagnostic
 from ucutlass.ir import Choice, GemmKernel, Program
 
@@ -65,8 +66,9 @@ class SearchSpace:
         return out
 
     def concrete(self, params: Mapping[str, str]) -> GemmKernel:
-        """The concrete kernel for Optuna params."""
-        return self.kernel.resolve(self.picks(params))
+        """The concrete kernel for Optuna params, with ``swap_ab = auto`` decided for the workloads' M as a binding
+        decides it (:func:`ucutlass.bind.resolve_swap_ab`): what the tuner builds is what a bound call loads."""
+        return resolve_swap_ab(self.kernel.resolve(self.picks(params)), self.extents)
 
     def concrete_program(self, params: Mapping[str, str]) -> Program:
         """The concrete program (source text rewritten) for Optuna params."""

@@ -677,7 +677,8 @@ class Tuner:
         the few that shorten the geomean there are kept, and the dispatch program they make is built and graded as
         one solution on every workload. None when one kernel is as good (or the kernel is not a plain GEMM, or M
         does not vary, or the dispatch fails its check)."""
-        from ucutlass.dispatch import kernel_block, render_dispatch
+        from ucutlass.arch import resolve_swap_ab
+        from ucutlass.dispatch import kernel_block, pin_swap_ab, render_dispatch
         from ucutlass.dsl import parse
 
         cfg = self.config
@@ -714,7 +715,9 @@ class Tuner:
         if len(rngs) == 1:
             return None  # one configuration serves every workload best: the single best stays
         base = best.kernel.name
-        blocks = [(kernel_block(cands[r.config].program.source, base),
+        # swap_ab = auto pinned to what each kernel was measured with (under a when it would follow the when)
+        blocks = [(pin_swap_ab(kernel_block(cands[r.config].program.source, base),
+                               resolve_swap_ab(cands[r.config].kernel)),
                    base if r.upper is None else f"{base}_m{r.upper}", None if r.upper is None else ("M", r.upper))
                   for r in rngs]
         program = parse(render_dispatch(blocks), best.program.file)

@@ -74,6 +74,7 @@ BAD = [
     ("tile = 64x128x64 cluster = 2x1x1 schedule = warpspecialized_2sm", ABD, "", "sm100.tile-m"),
     ("tile = 128x200x64", ABD, "", "sm100.tile-n"),
     ("tile = 128x272x64", ABD, "", "sm100.tile-n"),
+    ("swap_ab = true", ABD, "", "sm100.swap-ab"),
     ("tile = 128x128x48", ABD, "", "sm100.tile-k"),
     ("tile = 256x128x64 schedule = warpspecialized_2sm", ABD, "", "sm100.2sm-cluster"),
     ("tile = 256x128x64 cluster = 1x2x1 schedule = warpspecialized_2sm", ABD, "", "sm100.2sm-cluster"),

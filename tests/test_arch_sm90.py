@@ -69,9 +69,14 @@ BAD = [
     ("tile = 256x128x64 schedule = pingpong", ABD, "", "sm90.pingpong-tile-m", 3),
     ("tile = 192x128x64", ABD, "", "sm90.pingpong-tile-m", 3),  # auto -> pingpong
     ("tile = 256x64x64 schedule = warpspecialized", ABD, "", "sm90.warpspecialized-tile-m", 3),
-    ("tile = 128x200x64", ABD, "", "sm90.tile-n", 3),
+    ("tile = 128x204x64", ABD, "", "sm90.tile-n", 3),
     ("tile = 128x272x64", ABD, "", "sm90.tile-n", 3),
-    ("tile = 128x8x64", ABD, "", "sm90.tile-n", 3),
+    ("tile = 128x4x64", ABD, "", "sm90.tile-n", 3),
+    ("tile = 128x24x128", ABD, "", "sm90.tile-n", 3),
+    ("tile = 128x8x64 schedule = cooperative", ABD, "", "sm90.smem-layout", 3),
+    ("tile = 128x40x64 swap_ab = true", ABD, "", "sm90.smem-layout", 3),
+    ("tile = 128x12x64 swap_ab = true", ABD, "", "sm90.tile-n", 3),
+    ("swap_ab = true", "a : bf16[B, M, K] row  b : bf16[B, N, K] row  d : bf16[B, M, N] row", "", "sm90.swap-ab", 3),
     ("tile = 128x128x16", ABD, "", "sm90.tile-k", 3),
     ("tile = 128x128x48", ABD, "", "sm90.tile-k", 3),
     ("tile = 128x128x128", "a : f32[M, K] row  b : f32[N, K] row  d : f32[M, N] row", "", "sm90.tile-k", 3),
@@ -189,7 +194,7 @@ def test_an_sm100_schedule_skips_the_schedule_dependent_rules():
 
 
 def test_several_rules_at_once():
-    got = codes(kernel("tile = 64x200x48 schedule = cooperative cluster = 4x4x1 scheduler = stream_k accum = bf16"))
+    got = codes(kernel("tile = 64x204x48 schedule = cooperative cluster = 4x4x1 scheduler = stream_k accum = bf16"))
     assert got == ["sm90.accum", "sm90.cooperative-tile-m", "sm90.tile-n", "sm90.tile-k", "sm90.cluster-size"]
 
 
@@ -305,4 +310,4 @@ def test_constants():
     assert sm90.TMA_ALIGNMENT_BYTES == 16 and sm90.MIN_STAGES == 2
     assert sm90.COOPERATIVE_TILE_M == (128, 256) and sm90.WARPSPECIALIZED_TILE_M == (64, 128)
     assert sm90.TILE_K_BYTES == (64, 128, 256) and sm90.CLUSTER_EXTENTS == (1, 2, 4, 8)
-    assert sm90.MAX_CLUSTER_SIZE == 8 and sm90.TILE_N_MAX == 256 and sm90.TILE_N_MULTIPLE == 16
+    assert sm90.MAX_CLUSTER_SIZE == 8 and sm90.TILE_N_MAX == 256 and sm90.TILE_N_MULTIPLE == 8

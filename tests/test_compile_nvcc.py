@@ -3,8 +3,10 @@
 Each run uses a fresh temporary cache so these are real compiles, never cache hits. The kernels in
 tests/kernels/ cover every EVT leaf kind (AccFetch, SrcFetch, RowBroadcast, ColBroadcast, AuxLoad,
 ScalarBroadcast), the three sm90 schedules and both sm100 ones (1SM, 2SM), both tile schedulers,
-column-major operands and explicit stages; tests/test_runtime_gpu.py runs the sm90 files on the H200
-(the sm100 ones compile for sm_100a and cannot run there).
+column-major operands and explicit stages, and two swapped (swap_ab) kernels on narrow tiles: 128x16 with a bias
+(a column broadcast once swapped) and gelu, 128x32 stream-K with a residual c, an extra output and both reductions;
+tests/test_runtime_gpu.py and tests/test_swap_ab_gpu.py run the sm90 files on the H200 (the sm100 ones compile for
+sm_100a and cannot run there).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ucutlass.runtime import CompiledKernel
 
 KERNELS = Path(__file__).parent / "kernels"
 CI_KERNELS = ["evt_full.ucut", "src_colmajor_f16.ucut", "stream_k.ucut", "sm100_bias_gelu.ucut",
-              "sm100_2sm_residual.ucut"]
+              "sm100_2sm_residual.ucut", "swap_bias_gelu_n16.ucut", "swap_residual_outputs_stream_k.ucut"]
 
 pytestmark = pytest.mark.nvcc
 
@@ -59,3 +61,13 @@ def test_so_built_from_another_kernel_is_refused(compiled):
     (_, result), (other, _) = compiled["evt_full.ucut"], compiled["stream_k.ucut"]
     with pytest.raises(KernelRuntimeError, match="built from another kernel"):
         CompiledKernel(result.so_path, other)
+
+
+def test_swapped_builds_take_their_extents_as_n_m_k(compiled):
+    for name in ("swap_bias_gelu_n16.ucut", "swap_residual_outputs_stream_k.ucut"):
+        kernel, result = compiled[name]
+        loaded = CompiledKernel(result.so_path, kernel)
+        assert loaded.info["swap_ab"] is True
+        assert loaded.info["extents"] == list(loaded.abi.extents) == ["N", "M", "K"]
+    kernel, result = compiled["stream_k.ucut"]
+    assert CompiledKernel(result.so_path, kernel).info["swap_ab"] is False

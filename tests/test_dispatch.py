@@ -76,12 +76,31 @@ def test_a_program_without_when_is_no_dispatch():
 
 
 def test_when_changes_neither_the_digest_nor_the_rendered_code():
-    decode = dsl.parse(DISPATCH).kernel("decode")
+    """With every setting written, a kernel's when only says which calls it serves: the build is the same."""
+    decode = dsl.parse(DISPATCH.replace("schedule = pingpong", "schedule = pingpong swap_ab = false")).kernel("decode")
     alone = dataclasses.replace(decode, when=None)
     assert decode == alone
     assert decode.digest() == alone.digest() and decode.build_digest() == alone.build_digest()
     assert decode.config_name() == alone.config_name()
     assert render(decode, "d.ucut") == render(alone, "d.ucut")  # the build cache key hashes this text
+
+
+def test_swap_ab_auto_swaps_a_kernel_for_small_m_only():
+    """swap_ab = auto (the default) is true in a kernel `when M <= 64` (or less) and false elsewhere: the when then
+    changes the code, and the built kernel's identity (arch.canonical, ucut_info's digest) tells the two apart."""
+    from ucutlass import arch
+
+    program = dsl.parse(DISPATCH)
+    decode, mid, large = program.dispatch()
+    assert decode.swap_ab is None and [arch.resolve_swap_ab(k) for k in (decode, mid, large)] == [True, False, False]
+    alone = dataclasses.replace(decode, when=None)
+    assert decode.digest() == alone.digest()  # the kernels as written: the same
+    assert arch.canonical(decode).build_digest() != arch.canonical(alone).build_digest()  # as built: not
+    swapped, plain = render(decode, "d.ucut"), render(alone, "d.ucut")
+    assert "swap AB" in swapped and "swap AB" not in plain
+    assert abi_of(decode).extents == ("N", "M", "K") and abi_of(alone).extents == ("M", "N", "K")
+    assert arch.resolve_swap_ab(dataclasses.replace(decode, when=("M", 65))) is False
+    assert arch.resolve_swap_ab(dataclasses.replace(decode, when=("N", 64))) is False  # M is not known small
 
 
 def test_dispatch_kernels_may_differ_in_every_setting():

@@ -9,7 +9,7 @@ import pytest
 from ucutlass import dsl
 from ucutlass.errors import Diagnostic, UcutSyntaxError
 from ucutlass.ir import (Acc, Binary, Choice, Const, DType, EpilogueInput, EpilogueInputKind, GemmKernel, Layout,
-                         Operand, RasterOrder, Ref, Schedule, Src, Target, TileScheduler, Unary, UNARY_OPS)
+                         Operand, RasterOrder, ReductionMode, Ref, Schedule, Src, Target, TileScheduler, Unary, UNARY_OPS)
 
 FULL = """\
 # comments with '#'
@@ -103,7 +103,8 @@ def test_defaults_fill_every_absent_setting():
     assert dsl.DEFAULTS == {"target": Target.sm90, "accum": DType.f32, "tile": (128, 128, 64),
                             "cluster": (1, 1, 1), "schedule": Schedule.auto, "stages": None,
                             "scheduler": TileScheduler.persistent, "split_k": 1, "raster": RasterOrder.auto,
-                            "swizzle": 1, "alignment": None}
+                            "swizzle": 1, "reduction_mode": ReductionMode.deterministic, "alignment": None,
+                            "swap_ab": None}
 
 
 def test_every_setting_value_lowers():
@@ -335,7 +336,7 @@ def test_unknown_setting_with_suggestion():
     assert (d.pos.line, d.pos.column) == (3, 3)
     assert "'tiles'" in d.message and "did you mean 'tile'" in d.message
     assert d.valid == ("target", "accum", "tile", "cluster", "schedule", "stages", "scheduler", "split_k", "raster",
-                       "swizzle", "alignment")
+                       "swizzle", "reduction_mode", "alignment", "swap_ab")
 
 
 def test_unknown_dtype():

@@ -30,7 +30,7 @@ assert target in shipped_problems_dir().resolve().parents
 p = find_problem("o_proj_residual_llama3_1_8b")
 prog = parse(p.spec_path.read_text(), str(p.spec_path))
 k = prog.resolve({"o_proj.tile": "128x128x64", "o_proj.cluster": "1x1x1", "o_proj.schedule": "cooperative",
-                  "o_proj.scheduler": "persistent", "o_proj.split_k": "1"}).kernel()
+                  "o_proj.scheduler": "persistent", "o_proj.split_k": "1", "o_proj.swap_ab": "false"}).kernel()
 src = render(k)
 assert "Sm90SrcFetch" in src and "KernelTmaWarpSpecializedCooperative" in src
 import dataclasses

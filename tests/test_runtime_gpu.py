@@ -153,7 +153,7 @@ def test_matches_torch_for_the_shipped_problem_binding(kernels, tmp_path):
     problem = find_problem("o_proj_residual_llama3_1_8b")
     program = pf(problem.spec_path).resolve({"o_proj.tile": "128x128x64", "o_proj.cluster": "1x1x1",
                                              "o_proj.schedule": "cooperative", "o_proj.scheduler": "stream_k",
-                                             "o_proj.split_k": "2"})
+                                             "o_proj.split_k": "2", "o_proj.swap_ab": "false"})
     kernel = program.kernel()
     bind(kernel, problem)
     result = build_kernels([kernel], root=tmp_path, timeout_s=900)[0]

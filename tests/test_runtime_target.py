@@ -51,7 +51,8 @@ def test_arch_specific_code_needs_the_exact_capability(gpu):
 
 SM100_SPEC = (REPO / "problems" / "o_proj_residual_llama3_1_8b" / "kernel.ucut").read_text()
 for old, new in [("target = sm90", "target = sm100"),
-                 ("{64x128x64, 64x256x64, 128x128x64, 128x256x64, 256x128x64}", "256x128x64"),
+                 ("{64x128x64, 128x128x64, 128x256x64, 256x128x64, 128x16x128, 128x32x128}", "256x128x64"),
+                 ("{false, true}", "false"),
                  ("{1x1x1, 2x1x1}", "2x1x1"), ("{cooperative, pingpong}", "warpspecialized_2sm"),
                  ("{persistent, stream_k}", "persistent"), ("{1, 2, 4, 8}", "1")]:
     assert old in SM100_SPEC

@@ -353,7 +353,7 @@ def lower_attention(low, k) -> AttentionKernel | None:
 
 # --- rendering -------------------------------------------------------------------------------------------
 
-ABI_VERSION = 3  # = ucutlass.codegen.ABI_VERSION (checked in tests)
+ABI_VERSION = 4  # = ucutlass.codegen.ABI_VERSION (checked in tests)
 CPP_ELEMENT = {DType.bf16: "cutlass::bfloat16_t", DType.f16: "cutlass::half_t"}
 
 

@@ -8,7 +8,8 @@ gives M = batch·seq, K = hidden). Batch dims declared on a, b and d (``a : bf16
 as they are: the tensor has exactly those dims (b may have none: one weight for every batch). A slice
 (``a : bf16[B, M, K] row <- hidden_states[:, -keep:]``) binds a view of the tensor (:func:`slice_view`; the call
 applies it, no copy), ``keep`` being an axis of the problem. A kernel with ``alignment = auto`` is bound with the
-largest alignment every workload allows (:func:`resolve_alignment`): :attr:`Binding.kernel` is what to build.
+largest alignment every workload allows (:func:`resolve_alignment`), and one with ``swap_ab = auto`` swaps AB when
+every workload's M is small (:func:`resolve_swap_ab`): :attr:`Binding.kernel` is what to build.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from .arch import resolve_swap_ab as arch_swaps_ab
 from .errors import CheckError, Diagnostic, closest
 from .errors import did_you_mean as _did_you_mean
 from .ir import Choice, DType, EpilogueInputKind, GemmKernel, Layout, Pos
@@ -303,7 +305,7 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
     binding = Binding(kernel, problem, tuple(slots))
     extents = [binding.extents(w) for w in problem.workloads]  # raises on disagreement
     _check_scale_extents(kernel, problem, extents)
-    return dataclasses.replace(binding, kernel=resolve_alignment(kernel, extents))
+    return dataclasses.replace(binding, kernel=resolve_swap_ab(resolve_alignment(kernel, extents), extents))
 
 
 def _check_slice_axes(problem: Problem, slots: Sequence[Slot], diags: list[Diagnostic]) -> None:
@@ -368,3 +370,15 @@ def resolve_alignment(kernel: GemmKernel, extents: Sequence[Mapping[str, int]]) 
         return kernel  # given (or an open choice), or the contiguous dims are not known yet
     fit = largest_alignment(kernel, extents)
     return kernel if fit is None else dataclasses.replace(kernel, alignment=fit)
+
+
+def resolve_swap_ab(kernel: GemmKernel, extents: Sequence[Mapping[str, int]]) -> GemmKernel:
+    """``kernel`` with ``swap_ab = auto`` written ``true`` when its target's rules swap AB for the largest M of
+    ``extents`` (:func:`ucutlass.arch.resolve_swap_ab`; sm90: every M at most 64); otherwise unchanged, and ``auto``
+    still follows the kernel's ``when`` in a dispatch. The tuner applies the same to its candidates
+    (:meth:`ucutlass.search.SearchSpace.concrete`), so that what it builds is what a bound call loads."""
+    if getattr(kernel, "family", "gemm") != "gemm" or kernel.swap_ab is not None or \
+            isinstance(kernel.target, Choice):
+        return kernel
+    ms = [int(e["M"]) for e in extents if "M" in e]
+    return dataclasses.replace(kernel, swap_ab=True) if ms and arch_swaps_ab(kernel, max(ms)) else kernel

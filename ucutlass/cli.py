@@ -121,10 +121,15 @@ def cmd_check(args) -> int:
                 continue
             all_ext = [binding.extents(w) for w in problem.workloads]
             bound_extents[kernel.name] = all_ext
-            if getattr(binding, "kernel", kernel) is not kernel:  # alignment = auto, lowered for the extents
-                kernel = binding.kernel
-                text.append(f"{args.file}: kernel {kernel.name}: alignment = auto is {kernel.alignment} elements "
-                            "for these workloads (16 bytes does not divide every contiguous extent)")
+            bound = getattr(binding, "kernel", kernel)
+            if bound is not kernel:  # alignment = auto lowered for the extents, swap_ab = auto decided by their M
+                if getattr(bound, "alignment", None) != getattr(kernel, "alignment", None):
+                    text.append(f"{args.file}: kernel {kernel.name}: alignment = auto is {bound.alignment} elements "
+                                "for these workloads (16 bytes does not divide every contiguous extent)")
+                if getattr(bound, "swap_ab", None) != getattr(kernel, "swap_ab", None):
+                    text.append(f"{args.file}: kernel {kernel.name}: swap_ab = auto is true for these workloads "
+                                "(every M is small: the kernel computes Dᵀ = B·Aᵀ)")
+                kernel = bound
             if "M" not in all_ext[0]:  # attention: extents B, Sq, Sk, Hq, Hkv, D
                 text.append(f"{args.file}: kernel {kernel.name} binds to {problem.id} ({len(problem.workloads)} "
                             "workloads; " + "; ".join(f"{d} in {sorted({e[d] for e in all_ext})}"

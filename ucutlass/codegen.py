@@ -25,7 +25,9 @@ from . import arch
 from .errors import CheckError, Diagnostic, UcutError
 from .ir import DType, EpilogueInputKind, GemmKernel, Layout, Schedule, TileScheduler
 
-ABI_VERSION = 3  # 3: a batched kernel's extents end with each operand's batch stride
+# 3: a batched kernel's extents end with each operand's batch stride; 4: the knob reduction_mode, and a swapped
+# kernel's extents are (N, M, K)
+ABI_VERSION = 4
 
 # C++ spellings beside the IR's identities (STYLE.md: identity apart from rendering).
 CPP_ELEMENT = {DType.bf16: "cutlass::bfloat16_t", DType.f16: "cutlass::half_t", DType.f32: "float",
@@ -125,7 +127,9 @@ def epilogue_args(kernel: GemmKernel) -> tuple[list[str], list[str]]:
 
 
 def abi_of(kernel: GemmKernel) -> Abi:
-    """The ABI of ``kernel``'s generated entry point."""
+    """The ABI of ``kernel``'s generated entry point. Pointers and scalars are named as the `.ucut` declares them
+    whether or not the kernel swaps AB; a swapped kernel (:func:`ucutlass.arch.resolve_swap_ab`) takes its extents in
+    CUTLASS's order for Dᵀ = B·Aᵀ, ``("N", "M", "K")``."""
     if kernel.family == "grouped_gemm":  # a, b, d, epilogue inputs, the group operand; extents M, N, K, G
         from .grouped import grouped_abi
         return grouped_abi(kernel)
@@ -133,7 +137,7 @@ def abi_of(kernel: GemmKernel) -> Abi:
     ptrs = [op.name for op in kernel.operands] + inputs
     ptrs += [out.name for out in kernel.epilogue_outputs]
     ptrs += [s.name for s in kernel.scales]
-    extents = ("M", "N", "K")
+    extents = ("N", "M", "K") if arch.resolve_swap_ab(kernel) else ("M", "N", "K")
     if kernel.batch:
         extents += ("L", *(f"batch_stride_{op.name}" for op in kernel.operands))
     return Abi(tuple(ptrs), tuple(scalars), extents)
@@ -164,15 +168,24 @@ def _float_literal(value: float) -> str:
 
 
 class _TreeBuilder:
-    """Turns an epilogue expression into EVT nodes (post-order) with C++ aliases and argument slots."""
+    """Turns an epilogue expression into EVT nodes (post-order) with C++ aliases and argument slots.
 
-    def __init__(self, kernel: GemmKernel, abi: Abi):
+    ``kernel`` is the kernel as CUTLASS builds it (a swapped kernel's :func:`ucutlass.ir.transposed` view), ``abi``
+    the entry point's, which names tensors as the `.ucut` declares them: :meth:`ptr` maps one to the other.
+    """
+
+    def __init__(self, kernel: GemmKernel, abi: Abi, swapped: bool = False):
         self.kernel = kernel
         self.abi = abi
+        self.swapped = swapped
         self.inputs = {i.name: i for i in kernel.epilogue_inputs}
         self.nodes: list[dict] = []
         self.aux_loads: list[dict] = []
         self._aux_index: dict[str, int] = {}
+
+    def ptr(self, name: str) -> int:
+        """Index in ``ptrs`` of the view's tensor ``name`` (a swapped view's ``a`` is the declared ``b``)."""
+        return self.abi.ptr_names.index(ir.SWAPPED_NAMES.get(name, name) if self.swapped else name)
 
     def _add(self, node: dict) -> dict:
         node["alias"] = f"EvtNode{len(self.nodes)}"
@@ -193,7 +206,7 @@ class _TreeBuilder:
             # acc of the dequantised inputs: A·B × scale_a × scale_b (one ScalarBroadcast reads both pointers)
             acc = self._add({"kind": "acc"})
             scale = self._add({"kind": "scale_ptrs", "name": " * ".join(s.name for s in per_tensor),
-                               "ptr_indices": [self.abi.ptr_names.index(s.name) for s in per_tensor]})
+                               "ptr_indices": [self.ptr(s.name) for s in per_tensor]})
             return self._add({"kind": "compute", "fn": CPP_BINARY["*"], "element_out": "ElementCompute",
                               "children": [acc, scale], "text": "acc * " + scale["name"]})
         if isinstance(expr, ir.Src):
@@ -210,7 +223,7 @@ class _TreeBuilder:
                     value = f"static_cast<float>(scalars[{self.abi.scalar_names.index(inp.name)}])"
                 return self._add({"kind": "scalar", "name": inp.name, "value_expr": value})
             node = {"kind": inp.kind.value, "name": inp.name, "element": CPP_ELEMENT[inp.dtype],
-                    "ptr_index": self.abi.ptr_names.index(inp.name), "batched": bool(inp.batch)}
+                    "ptr_index": self.ptr(inp.name), "batched": bool(inp.batch)}
             if inp.kind is EpilogueInputKind.matrix:
                 if inp.name not in self._aux_index:
                     self._aux_index[inp.name] = len(self.aux_loads)
@@ -245,8 +258,8 @@ class _DagBuilder(_TreeBuilder):
     converts), so a ``cast`` node's rounding is what its readers see.
     """
 
-    def __init__(self, kernel: GemmKernel, abi: Abi):
-        super().__init__(kernel, abi)
+    def __init__(self, kernel: GemmKernel, abi: Abi, swapped: bool = False):
+        super().__init__(kernel, abi, swapped)
         self._memo: dict[ir.Expr, dict] = {}
         self.aux_stores: list[dict] = []
 
@@ -266,7 +279,7 @@ class _DagBuilder(_TreeBuilder):
             child = self.build(out.value)
             node = {"kind": "aux_store" if out.reduce is None else out.kind.value.replace("vector", "reduction"),
                     "name": out.name, "element": CPP_ELEMENT[out.dtype], "children": [child],
-                    "ptr_index": self.abi.ptr_names.index(out.name), "text": ir.expr_to_text(out.value)}
+                    "ptr_index": self.ptr(out.name), "text": ir.expr_to_text(out.value)}
             if out.reduce is None:
                 layout = CPP_LAYOUT["row" if (out.dims[-1] if out.layout is Layout.row else out.dims[0]) == "N"
                                     else "col"]
@@ -318,34 +331,40 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
     """
     require_renderable(kernel)
     shown = kernel  # the header comment names the kernel as written; the code and ucut_info use build_config
-    kernel = kernel.build_config()  # run-time settings are arguments, not code: one build serves them all
+    # run-time settings are arguments, not code: one build serves them all; swap_ab = auto written out as the rules
+    # decide it (by the kernel's when), so that ucut_info's digest tells a swapped build from the other
+    kernel = arch.canonical(kernel).build_config()
+    swapped = arch.resolve_swap_ab(kernel)
+    abi = abi_of(kernel)  # tensors named as declared; a swapped kernel's extents in CUTLASS's order (N, M, K)
+    user = kernel
+    kernel = ir.transposed(kernel) if swapped else kernel  # as CUTLASS builds it: Dᵀ = B·Aᵀ when swapped
     schedule = arch.resolve_schedule(kernel)
     sm90 = kernel.target is ir.Target.sm90
     cp_async = sm90 and arch.sm90.uses_cp_async(kernel)
     no_smem = sm90 and arch.sm90.uses_no_smem_epilogue(kernel)
     alpha_beta = ir.linear_combination(kernel.epilogue, arch.sm90.literal_scalars(kernel)) if no_smem else None
     cta_tile = arch.sm100.cta_tile(kernel) if kernel.target is ir.Target.sm100 else kernel.tile
-    abi = abi_of(kernel)
     dag = bool(kernel.epilogue_outputs)
     if dag:
-        tree = _DagBuilder(kernel, abi)
+        tree = _DagBuilder(kernel, abi, swapped)
         root = tree.build_all()
     else:
-        tree = _TreeBuilder(kernel, abi)
+        tree = _TreeBuilder(kernel, abi, swapped)
         root = tree.build(kernel.epilogue, root=True)
     a, b, c, d = kernel.a, kernel.b, kernel.c, kernel.d
     align = kernel.alignment_of  # elements per access: 16 bytes (TMA) unless `alignment` asks for less
     info = {
         "abi": ABI_VERSION,
-        "name": kernel.name,
-        "config": kernel.config_name(),
+        "name": user.name,
+        "config": user.config_name(),
         "family": "gemm",
-        "target": kernel.target.value,
+        "target": user.target.value,
         "ptrs": list(abi.ptr_names),
         "scalars": list(abi.scalar_names),
         "extents": list(abi.extents),
-        "digest": kernel.digest(),
+        "digest": user.digest(),
         "knobs": list(abi.knobs),
+        "swap_ab": swapped,
     }
     return {
         "ucutlass_version": __version__,
@@ -353,7 +372,8 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
         "name": shown.name,
         "config_name": shown.config_name(),
         "epilogue_text": ir.expr_to_text(kernel.epilogue),
-        "operands_desc": "   ".join(f"{op.name.upper()}: {_describe(op)}" for op in kernel.operands),
+        "operands_desc": "   ".join(f"{op.name.upper()}: {_describe(op)}" for op in user.operands),
+        "swap_ab": swapped,
         "has_c": c is not None,
         "element_a": CPP_ELEMENT[a.dtype], "element_b": CPP_ELEMENT[b.dtype],
         "element_c": CPP_ELEMENT[c.dtype] if c else "void",
@@ -372,7 +392,8 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
         "lincomb_alpha": _float_literal(alpha_beta[0]) if alpha_beta else "1.0f",
         "lincomb_beta": _float_literal(alpha_beta[1]) if alpha_beta else "0.0f",
         "batched": bool(kernel.batch),
-        "batch_strides": [{"name": op.name, "index": abi.extents.index(f"batch_stride_{op.name}")}
+        "batch_strides": [{"name": op.name, "index": abi.extents.index(
+                              f"batch_stride_{ir.SWAPPED_NAMES.get(op.name, op.name) if swapped else op.name}")}
                           for op in kernel.operands if op.batch],
         "tile_scheduler": CPP_TILE_SCHEDULER[kernel.scheduler],
         "stream_k": kernel.scheduler is TileScheduler.stream_k,
@@ -385,10 +406,10 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
         "evt_nodes": tree.nodes,
         "evt_root": root,
         "ptr_names": list(abi.ptr_names),
+        "extent_names": list(abi.extents[:3]),
         "scalar_names": list(abi.scalar_names),
-        "ptr_a": abi.ptr_names.index("a"), "ptr_b": abi.ptr_names.index("b"),
-        "ptr_d": abi.ptr_names.index("d"),
-        "c_pointer_expr": f"static_cast<ElementC const*>(ptrs[{abi.ptr_names.index('c')}])" if c else "nullptr",
+        "ptr_a": tree.ptr("a"), "ptr_b": tree.ptr("b"), "ptr_d": tree.ptr("d"),  # CUTLASS's A is a swapped kernel's b
+        "c_pointer_expr": f"static_cast<ElementC const*>(ptrs[{tree.ptr('c')}])" if c else "nullptr",
         "n_ptrs": len(abi.ptr_names),
         "n_scalars_alloc": max(1, len(abi.scalar_names)),
         "info_json": json.dumps(info, sort_keys=True),

@@ -14,7 +14,7 @@ cluster, schedule, stages, scheduler, split_k, …).
 
 This module lowers and checks ``when`` (:func:`lower_dispatch`, called by :mod:`ucutlass.dsl`), chooses the
 kernel of a call (:func:`pick`, :func:`dispatch_callable`), writes a dispatch program from tuned kernels
-(:func:`render_dispatch`) and describes one for the grader (:func:`dispatch_solution`) and ``check``
+(:func:`render_dispatch`, :func:`pin_swap_ab`) and describes one for the grader (:func:`dispatch_solution`) and ``check``
 (:func:`describe`).
 """
 
@@ -316,6 +316,34 @@ def kernel_block(source: str, name: str) -> str:
             if depth == 0:
                 return source[start:i + 1]
         i += 1
+
+
+def pin_swap_ab(block: str, swap: bool) -> str:
+    """``block`` (one kernel's text, as :func:`kernel_block` cuts it) with ``swap_ab = auto`` written out as ``swap``.
+
+    ``auto`` follows the kernel's ``when`` (:func:`ucutlass.arch.resolve_swap_ab`: true under ``when M <= 64``), so a
+    kernel measured alone and then put into a dispatch would change; the tuner pins each tuned kernel's value first.
+    A block that writes ``true`` or ``false`` is returned unchanged.
+
+    Raises:
+        UcutSyntaxError: ``block`` does not parse. ValueError: it holds no kernel or several.
+    """
+    from .dsl import parse
+
+    kernel = parse(block).kernel()
+    if getattr(kernel, "swap_ab", None) is not None:
+        return block
+    value = "true" if swap else "false"
+    where = kernel.setting_pos.get("swap_ab")
+    if where is not None and where.start >= 0:  # written `swap_ab = auto`
+        return block[:where.start] + value + block[where.end:]
+    headers = list(_HEADER.finditer(block))
+    if len(headers) != 1:
+        raise ValueError(f"the block holds {len(headers)} kernel headers; give one kernel per block")
+    at = headers[0].end()
+    if block[at:at + 1] == "\n":  # a line of its own after the header
+        return f"{block[:at + 1]}  swap_ab = {value}   # as tuned (auto would follow the when)\n{block[at + 1:]}"
+    return f"{block[:at]} swap_ab = {value} {block[at:]}"
 
 
 def render_dispatch(blocks: Sequence[tuple[str, str, tuple[str, int] | None]]) -> str:

@@ -46,12 +46,12 @@ from . import ir
 from .errors import Diagnostic, UcutSyntaxError, excerpt
 from .errors import did_you_mean as _did_you_mean  # the name the family modules import
 from .ir import (Acc, Binary, Cast, Choice, Const, DType, EpilogueInput, EpilogueInputKind, EpilogueOutput, Expr,
-                 GemmKernel, RasterOrder,
+                 GemmKernel, RasterOrder, ReductionMode,
                  Layout, Operand, Pos, Program, Ref, Schedule, Src, Target, TileScheduler, Unary)
 
 __all__ = [
     "parse", "parse_file", "check", "legal_combinations", "distinct_combinations",
-    "FAMILIES", "TARGETS", "DTYPES", "LAYOUTS", "SCHEDULES", "SCHEDULERS", "RASTERS", "ACTIVATIONS", "REDUCTIONS", "FUNCTIONS", "SETTINGS",
+    "FAMILIES", "TARGETS", "DTYPES", "LAYOUTS", "SCHEDULES", "SCHEDULERS", "RASTERS", "REDUCTION_MODES", "ACTIVATIONS", "REDUCTIONS", "FUNCTIONS", "SETTINGS",
     "DEFAULTS", "ERROR_CODES", "OPERAND_DIMS", "EPILOGUE_DIMS", "KEYWORDS", "SettingSpec",
 ]
 
@@ -75,6 +75,8 @@ SCHEDULES = tuple(s.value for s in Schedule)
 SCHEDULERS = tuple(s.value for s in TileScheduler)
 #: ``raster`` values (:class:`ucutlass.ir.RasterOrder`).
 RASTERS = tuple(r.value for r in RasterOrder)
+#: ``reduction_mode`` values (:class:`ucutlass.ir.ReductionMode`).
+REDUCTION_MODES = tuple(r.value for r in ReductionMode)
 #: Functions an epilogue expression may call, each with one argument.
 ACTIVATIONS = ir.UNARY_OPS
 #: Reductions an epilogue output statement may call: ``_n`` reduces over N into an ``[M]`` output (one value
@@ -190,6 +192,19 @@ def _alignment(atom: _Atom) -> int | None:
                ("auto",) + tuple(str(a) for a in ir.ALIGNMENTS))
 
 
+#: Spellings of a flag setting that the rules may decide (``swap_ab``) and the IR value of each.
+FLAGS = {"auto": None, "true": True, "false": False}
+
+
+def _flag(setting: str) -> Callable[["_Atom"], bool | None]:
+    def convert(atom: _Atom) -> bool | None:
+        if atom.kind == "name" and atom.text in FLAGS:
+            return FLAGS[atom.text]
+        raise _Bad(f"{setting} = {atom.text} is not one of auto, true, false{_did_you_mean(atom.text, tuple(FLAGS))}",
+                   tuple(FLAGS))
+    return convert
+
+
 def _stages(atom: _Atom) -> int | None:
     if atom.kind == "name" and atom.text == "auto":
         return None
@@ -238,8 +253,12 @@ SETTINGS: dict[str, SettingSpec] = {s.name: s for s in (
                 _enum_converter("raster", RasterOrder, RASTERS, "a raster order")),
     SettingSpec("swizzle", "tile-scheduler swizzle size (given at run time)", ("1", "2", "4", "8"), "1",
                 _whole_number("swizzle", ("1", "2", "4", "8"))),
+    SettingSpec("reduction_mode", "how split-K / stream-K partial sums add up (given at run time)", REDUCTION_MODES,
+                "deterministic", _enum_converter("reduction_mode", ReductionMode, REDUCTION_MODES, "a reduction mode")),
     SettingSpec("alignment", "elements per access of each operand's contiguous dim (auto: 16 bytes, TMA)",
                 ("auto", "8", "4", "2", "1"), "auto", _alignment),
+    SettingSpec("swap_ab", "compute Dᵀ = B·Aᵀ: the tile's M runs along N, its N along the (few) rows M",
+                tuple(FLAGS), "auto", _flag("swap_ab")),
 )}
 assert tuple(SETTINGS) == ir.GEMM_SETTINGS
 

@@ -116,6 +116,14 @@ class RasterOrder(enum.Enum):
     along_n = "along_n"  # AlongN
 
 
+class ReductionMode(enum.Enum):
+    """How the stream-K scheduler's CTAs that share an output tile (split-K or stream-K) add their partial sums
+    (CUTLASS ``cutlass::gemm::kernel::detail::ReductionMode``, ``tile_scheduler_detail.hpp``)."""
+
+    deterministic = "deterministic"  # Deterministic: in K order, each split waits for the one before (a turnstile)
+    nondeterministic = "nondeterministic"  # Nondeterministic: after the first split, the others add at once
+
+
 class EpilogueInputKind(enum.Enum):
     """How an extra epilogue input broadcasts over the M×N output tile.
 
@@ -434,13 +442,14 @@ def linear_combination(expr: Expr, scalars: Mapping[str, float] | None = None) -
 
 #: Settings of a GEMM kernel that may hold a :class:`Choice`, in report order.
 GEMM_SETTINGS = ("target", "accum", "tile", "cluster", "schedule", "stages", "scheduler", "split_k", "raster",
-                 "swizzle", "alignment")
+                 "swizzle", "reduction_mode", "alignment", "swap_ab")
 #: ``alignment`` values (elements per access of every operand's contiguous dim, capped at 16 bytes).
 ALIGNMENTS = (8, 4, 2, 1)
 #: Settings passed to the kernel at run time (CUTLASS tile-scheduler arguments): they do not change the
 #: compiled code, so configurations that differ only in them share one build.
-RUNTIME_SETTINGS = ("split_k", "raster", "swizzle")
-RUNTIME_DEFAULTS = {"split_k": 1, "raster": RasterOrder.auto, "swizzle": 1}
+RUNTIME_SETTINGS = ("split_k", "raster", "swizzle", "reduction_mode")
+RUNTIME_DEFAULTS = {"split_k": 1, "raster": RasterOrder.auto, "swizzle": 1,
+                    "reduction_mode": ReductionMode.deterministic}
 #: The name every GEMM is compiled under (:meth:`GemmKernel.build_config`): a kernel's name changes nothing in
 #: its binary, so the same configuration under two names is one build.
 BUILD_NAME = "kernel"
@@ -468,8 +477,8 @@ class GemmKernel:
     ``tile`` and ``cluster`` are (M, N, K) triples (TileShape, ClusterShape; on sm100 ``tile`` is the MMA
     tile, MmaTileShape_MNK, which a ``warpspecialized_2sm`` kernel splits over two CTAs); ``stages`` is the
     mainloop pipeline depth or None for ``auto`` (StageCountAutoCarveout). ``split_k`` (> 1: split-K
-    with the stream-K scheduler), ``raster`` and ``swizzle`` are tile-scheduler arguments given at run
-    time (:data:`RUNTIME_SETTINGS`): :meth:`build_digest` ignores them.
+    with the stream-K scheduler), ``raster``, ``swizzle`` and ``reduction_mode`` are tile-scheduler arguments given
+    at run time (:data:`RUNTIME_SETTINGS`): :meth:`build_digest` ignores them.
     """
 
     name: str
@@ -491,13 +500,18 @@ class GemmKernel:
     pos: Pos = field(default_factory=Pos, compare=False)
     # positions of each setting's value, for error messages about that setting
     setting_pos: Mapping[str, Pos] = field(default_factory=dict, compare=False, hash=False)
-    # run-time settings (RUNTIME_SETTINGS): split-K factor, raster order, swizzle size
+    # run-time settings (RUNTIME_SETTINGS): split-K factor, raster order, swizzle size, how splits add up
     split_k: Setting = 1
     raster: Setting = RasterOrder.auto
     swizzle: Setting = 1
+    reduction_mode: Setting = ReductionMode.deterministic
     # elements per global access of each operand's contiguous dim (capped at 16 bytes); None = auto (16
     # bytes, TMA; ucutlass.bind lowers it to what a problem's extents allow)
     alignment: Setting = None
+    #: swap AB: the kernel computes Dᵀ = B·Aᵀ (:func:`transposed`), so that the problem's N runs along the tile's M
+    #: (the MMA's M side) and its few rows M (decode tokens) along the tile's N. None = auto (the target's rules
+    #: decide: :func:`ucutlass.arch.resolve_swap_ab`), True or False.
+    swap_ab: Setting = None
 
     # scale factors of a and b (FP8 per-tensor or blockwise, sm100 block-scaled), see Scale
     scale_a: Scale | None = None
@@ -584,7 +598,11 @@ class GemmKernel:
             parts.append("batched")
         if self.alignment is not None:
             parts.append("align" + spell(self.alignment))
-        runtime = {"split_k": "sk", "raster": "r", "swizzle": "sw"}
+        if self.swap_ab is True:
+            parts.append("swapab")
+        elif isinstance(self.swap_ab, Choice):
+            parts.append("swapab" + spell(self.swap_ab))
+        runtime = {"split_k": "sk", "raster": "r", "swizzle": "sw", "reduction_mode": "red"}
         parts += [tag + spell(getattr(self, key)) for key, tag in runtime.items()
                   if getattr(self, key) != RUNTIME_DEFAULTS[key]]
         return "_".join(parts)
@@ -601,6 +619,56 @@ class GemmKernel:
     def build_digest(self) -> str:
         """:meth:`digest` of :meth:`build_config`: equal for kernels that share one compiled binary."""
         return self.build_config().digest()
+
+
+#: What the operand and scale names of a :func:`transposed` kernel stand for in the kernel it came from.
+SWAPPED_NAMES = {"a": "b", "b": "a", "scale_a": "scale_b", "scale_b": "scale_a"}
+_SWAPPED_MODES = {"M": "N", "N": "M"}
+_FLIPPED_KIND = {EpilogueInputKind.row_vector: EpilogueInputKind.col_vector,
+                 EpilogueInputKind.col_vector: EpilogueInputKind.row_vector}
+
+
+def _swap_modes(dims: tuple[str, ...]) -> tuple[str, ...]:
+    """``("M", "K")`` -> ``("N", "K")``; a scale's ``"N/128"`` -> ``"M/128"``; batch and other names unchanged."""
+    out = []
+    for dim in dims:
+        name, _, div = dim.partition("/")
+        name = _SWAPPED_MODES.get(name, name)
+        out.append(f"{name}/{div}" if div else name)
+    return tuple(out)
+
+
+def transposed(kernel: GemmKernel) -> GemmKernel:
+    """The same GEMM written as Dᵀ = B·Aᵀ: what a ``swap_ab`` kernel gives CUTLASS.
+
+    CUTLASS's M is the problem's N and its N the problem's M: the returned kernel's ``a`` is the problem's b and its
+    ``b`` the problem's a (:data:`SWAPPED_NAMES`), and M and N are exchanged in the dims of every operand, epilogue
+    input and output, so each declaration keeps its memory and its layout reads the other way: ``d : bf16[M, N] row``
+    becomes ``[N, M] row`` (CUTLASS's column-major D), a bias ``[N]`` (a row vector, Sm90RowBroadcast) becomes ``[M]``
+    (a column vector, Sm90ColBroadcast), an ``[M]`` reduction over N (Sm90ColReduction) one over CUTLASS's M
+    (Sm90RowReduction). The epilogue expression, the tile and every other setting are unchanged, and ``swap_ab`` is
+    False: the result is an ordinary kernel that the rules and templates take as it is.
+    """
+    def flip(x):
+        kind = getattr(x, "kind", None)
+        changes: dict[str, Any] = {"dims": _swap_modes(x.dims)}
+        if kind in _FLIPPED_KIND:
+            changes["kind"] = _FLIPPED_KIND[kind]
+        return dataclasses.replace(x, **changes)
+
+    def rename(x, name):
+        return None if x is None else dataclasses.replace(flip(x), name=name)
+
+    setting_pos = {}
+    for key, where in (kernel.setting_pos or {}).items():
+        head, dot, rest = key.partition(".")
+        setting_pos[(SWAPPED_NAMES.get(head, head) + dot + rest) if dot else key] = where
+    return dataclasses.replace(
+        kernel, a=rename(kernel.b, "a"), b=rename(kernel.a, "b"), c=flip(kernel.c) if kernel.c else None,
+        d=flip(kernel.d), epilogue_inputs=tuple(flip(i) for i in kernel.epilogue_inputs),
+        epilogue_outputs=tuple(flip(o) for o in kernel.epilogue_outputs),
+        scale_a=rename(kernel.scale_b, "scale_a"), scale_b=rename(kernel.scale_a, "scale_b"),
+        swap_ab=False, setting_pos=setting_pos)
 
 
 class IndexType(enum.Enum):

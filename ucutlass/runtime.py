@@ -21,9 +21,10 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .arch import canonical
 from .codegen import ABI_VERSION, Abi, abi_of
 from .errors import KernelRuntimeError
-from .ir import DType, EpilogueInputKind, GemmKernel, Layout, RasterOrder, Target
+from .ir import DType, EpilogueInputKind, GemmKernel, Layout, RasterOrder, ReductionMode, Target
 
 #: The compute capability whose GPUs run each target's code, and how to name the target in messages.
 TARGET_CAPABILITY: dict[Target, tuple[int, int]] = {Target.sm90: (9, 0), Target.sm100: (10, 0)}
@@ -71,6 +72,24 @@ def _status_text(rc: int) -> str:
     return what
 
 
+def extent_values(abi: Abi, m: int, n: int, k: int, l: int = 1, batch_strides: Mapping[str, int] | None = None,
+                  shared_b: bool = True) -> list[int]:
+    """The ``extents`` array a kernel of ``abi`` takes for the problem's modes M, N, K (and batch count L).
+
+    The modes go in the order ``abi.extents`` names them: ``M, N, K`` or, for a kernel that swaps AB (CUTLASS runs
+    Dᵀ = B·Aᵀ), ``N, M, K``; a batched kernel adds ``L`` and each operand's batch stride: ``batch_strides[name]``
+    when given, else packed (M·K for a, N·K for b or 0 when ``shared_b``, M·N for c and d). Pointers need no
+    reordering: the ABI names them as declared and the kernel reads each where CUTLASS wants it.
+    """
+    modes = {"M": m, "N": n, "K": k, "L": l}
+    values = [modes[name] for name in abi.extents[:4]]
+    packed = {"a": m * k, "b": 0 if shared_b else n * k, "c": m * n, "d": m * n}
+    for key in abi.extents[4:]:  # batch_stride_a, ...
+        op = key.removeprefix("batch_stride_")
+        values.append((batch_strides or {}).get(op, packed[op]))
+    return values
+
+
 class CompiledKernel:
     """A compiled GEMM kernel loaded from its shared object.
 
@@ -112,12 +131,14 @@ class CompiledKernel:
                                  ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
         self.info = json.loads(lib.ucut_info().decode())
         if list(self.info.get("ptrs", [])) != list(self.abi.ptr_names) or \
-                self.info.get("digest") != kernel.build_digest():
+                self.info.get("digest") != canonical(kernel).build_digest():  # swap_ab = auto as the rules decide
             raise KernelRuntimeError(f"{self.so_path} was built from another kernel "
                                      f"({self.info.get('config')}) than {kernel.config_name()}")
         # Run-time settings (split_k, raster, swizzle) of this kernel, in the ABI's knobs order.
         raster_code = {RasterOrder.auto: 0, RasterOrder.along_m: 1, RasterOrder.along_n: 2}
-        values = {"split_k": kernel.split_k, "raster": raster_code[kernel.raster], "swizzle": kernel.swizzle}
+        reduction_code = {ReductionMode.deterministic: 0, ReductionMode.nondeterministic: 1}
+        values = {"split_k": kernel.split_k, "raster": raster_code[kernel.raster], "swizzle": kernel.swizzle,
+                  "reduction_mode": reduction_code[kernel.reduction_mode]}
         self._knobs = (ctypes.c_int64 * len(self.abi.knobs))(*[values[k] for k in self.abi.knobs])
         self._workspaces: dict[int, Any] = {}
         self._plans: dict[tuple, tuple] = {}  # checked argument signatures -> launch plan
@@ -296,16 +317,11 @@ class CompiledKernel:
     # --- calling -----------------------------------------------------------------------------------
 
     def _extents(self, m: int, n: int, k: int, l: int = 1, batch_strides: Mapping[str, int] | None = None):
-        """The ``extents`` array of the ABI: M, N, K (and L and the batch strides for a batched kernel: packed,
-        or 0 for a b shared by every batch, unless ``batch_strides`` gives them by operand name)."""
+        """The ``extents`` array of the ABI (:func:`extent_values`) for the problem's M, N, K and batch count L."""
         if l != 1 and len(self.abi.extents) == 3:
             raise KernelRuntimeError(f"{self.kernel.name} is not batched; L = {l}")
-        values = [m, n, k, l]
-        packed = {"a": m * k, "b": n * k if self.kernel.b.batch else 0, "c": m * n, "d": m * n}
-        for key in self.abi.extents[4:]:  # batch_stride_a, ...
-            op = key.removeprefix("batch_stride_")
-            values.append((batch_strides or {}).get(op, packed[op]))
-        return (ctypes.c_int64 * len(self.abi.extents))(*values[:len(self.abi.extents)])
+        values = extent_values(self.abi, m, n, k, l, batch_strides, shared_b=not self.kernel.b.batch)
+        return (ctypes.c_int64 * len(values))(*values)
 
     def workspace_size(self, m: int, n: int, k: int, l: int = 1) -> int:
         """Bytes of device workspace for extents (M, N, K, batch count L) with this kernel's run-time settings."""

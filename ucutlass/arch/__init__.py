@@ -18,7 +18,7 @@ from . import sm90, sm100
 from . import sm90_attention, sm100_attention
 from . import sm90_grouped, sm100_grouped
 
-__all__ = ["canonical", "check_kernel", "resolve_schedule", "rules_for", "RULES", "TARGET_RULES"]
+__all__ = ["canonical", "check_kernel", "resolve_schedule", "resolve_swap_ab", "rules_for", "RULES", "TARGET_RULES"]
 
 #: The rules module of each target.
 TARGET_RULES: dict[Target, ModuleType] = {Target.sm90: sm90, Target.sm100: sm100}
@@ -66,12 +66,30 @@ def resolve_schedule(kernel: GemmKernel) -> Schedule:
     return rules_for(kernel).resolve_schedule(kernel)
 
 
+def resolve_swap_ab(kernel: GemmKernel, m_max: int | None = None) -> bool:
+    """Whether the kernel computes Dᵀ = B·Aᵀ (``swap_ab``) on its target: ``true``/``false`` as written; ``auto`` as
+    the target's rules decide from what is known of M: the kernel's ``when M <= B`` in a dispatch, or ``m_max``, the
+    largest M it will be called with (a binding knows it from the problem's workloads). Kernels of other families
+    (grouped, attention) do not swap.
+
+    Raises:
+        ValueError: ``swap_ab`` or the target is still an open choice.
+    """
+    if getattr(kernel, "family", "gemm") != "gemm":
+        return False
+    return rules_for(kernel).resolve_swap_ab(kernel, m_max)
+
+
 def canonical(kernel: GemmKernel) -> GemmKernel:
     """``kernel`` with the settings its target's rules decide written out as they decide them: for attention,
     ``schedule`` and ``persistent`` (all the template reads of them is ``resolve_schedule`` and
     ``resolve_persistent``). Kernels equal after this render the same C++ and run alike, e.g. sm90 attention
     with ``schedule = pingpong`` and ``persistent = auto`` or ``true`` (88's builder makes pingpong persistent
-    either way), so a search measures one of them. Other families are returned unchanged."""
+    either way), so a search measures one of them; for a gemm, ``swap_ab`` (:func:`resolve_swap_ab`: ``auto`` is
+    true or false by the kernel's ``when``). Other families are returned unchanged."""
+    if getattr(kernel, "family", "gemm") == "gemm" and not isinstance(kernel.swap_ab, Choice) \
+            and not isinstance(kernel.target, Choice):
+        return dataclasses.replace(kernel, swap_ab=resolve_swap_ab(kernel))
     if getattr(kernel, "family", "gemm") != "attention":
         return kernel
     rules = rules_for(kernel)

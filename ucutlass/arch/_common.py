@@ -12,7 +12,7 @@ import math
 from typing import Iterable, Mapping
 
 from ..errors import Diagnostic
-from ..ir import Choice, DType, EpilogueInputKind, GemmKernel, Layout, Pos, TileScheduler
+from ..ir import Choice, DType, EpilogueInputKind, GemmKernel, Layout, Pos, ReductionMode, TileScheduler
 
 #: TMA needs 16-byte aligned global strides: ``cutlass/gemm/collective/builders/sm90_common.inl:55``
 #: ``tma_alignment_bytes = 16`` (SM100's builders check the same through ``sm1xx_gemm_is_aligned``,
@@ -169,6 +169,11 @@ def check_scheduler_arguments(kernel: GemmKernel, extents: Mapping[str, int] | N
                         f"{kernel.scheduler.value}: only CUTLASS's stream-K tile scheduler splits K "
                         "(PersistentScheduler has no splits argument); set scheduler = stream_k or split_k = 1",
                         pos(kernel, "split_k"), ("1",)))
+    if kernel.reduction_mode is not ReductionMode.deterministic and kernel.scheduler is not TileScheduler.stream_k:
+        out.append(diag(f"{prefix}.split-k-scheduler", f"reduction_mode = {kernel.reduction_mode.value} with scheduler "
+                        f"{kernel.scheduler.value}: only CUTLASS's stream-K tile scheduler adds partial tiles (its "
+                        "Arguments::reduction_mode); set scheduler = stream_k or reduction_mode = deterministic",
+                        pos(kernel, "reduction_mode"), ("deterministic",)))
     if kernel.swizzle not in SWIZZLE_SIZES:
         out.append(diag(f"{prefix}.swizzle", f"swizzle = {kernel.swizzle}: the tile scheduler swizzles by a power "
                         "of two up to 8 (max_swizzle_size)", pos(kernel, "swizzle"),

@@ -33,7 +33,7 @@ from . import _common
 from ._common import MIN_STAGES, TMA_ALIGNMENT_BYTES, diag, kib, pos, require_concrete, round_up, spell
 
 __all__ = [
-    "check_kernel", "resolve_schedule", "is_2sm", "cta_tile", "epilogue_tile", "mainloop_stages", "auto_stages",
+    "check_kernel", "resolve_schedule", "resolve_swap_ab", "is_2sm", "cta_tile", "epilogue_tile", "mainloop_stages", "auto_stages",
     "max_stages", "smem_bytes", "epilogue_smem_bytes", "stage_bytes", "RULES", "SCHEDULES",
     "SMEM_CAPACITY_BYTES", "TILE_M_1SM", "TILE_M_2SM", "TILE_N_MULTIPLE", "TILE_N_MAX", "TMA_ALIGNMENT_BYTES",
 ]
@@ -80,13 +80,14 @@ RULES: dict[str, str] = {
     "sm100.accum": "accum is f32 (f16 only with f16 a and b)",
     "sm100.tile-m": "tile M is 64 or 128 (1sm), 128 or 256 (2sm)",
     "sm100.tile-n": "tile N is a multiple of 16 from 16 to 256",
+    "sm100.swap-ab": "swap_ab = true is sm90 only so far (auto does not swap on sm100)",
     "sm100.tile-k": "tile K x element bytes is 64, 128 or 256",
     "sm100.2sm-cluster": "2sm needs an even cluster M",
     "sm100.cluster-shape": "cluster M and N in 1, 2, 4, 8 and cluster K = 1",
     "sm100.cluster-size": "cluster M x N <= 8",
     "sm100.epilogue-tile": "tile N is a multiple of the epilogue subtile N (EpilogueTileAuto)",
     "sm100.tf32-mn-major": "an f32 operand contiguous in M or N has a per-CTA M or N that is a multiple of 32",
-    "sm100.split-k-scheduler": "split_k > 1 needs scheduler stream_k",
+    "sm100.split-k-scheduler": "split_k > 1 and reduction_mode nondeterministic need scheduler stream_k",
     "sm100.split-k-range": "split_k <= the K tiles of the problem (when extents are given)",
     "sm100.swizzle": "swizzle is 1, 2, 4 or 8",
     "sm100.stages-min": "stages >= 2",
@@ -190,6 +191,12 @@ def resolve_schedule(kernel: GemmKernel) -> Schedule:
         return kernel.schedule
     two = kernel.cluster[0] % 2 == 0 and kernel.tile[0] % 128 == 0
     return Schedule.warpspecialized_2sm if two else Schedule.warpspecialized_1sm
+
+
+def resolve_swap_ab(kernel: GemmKernel, m_max: int | None = None) -> bool:
+    """``swap_ab`` as written; ``auto`` is false on sm100 (ucutlass's sm100 templates do not swap AB yet: the rule
+    ``sm100.swap-ab`` rejects ``true``). ``m_max`` is ignored."""
+    return kernel.swap_ab is True
 
 
 def is_2sm(kernel: GemmKernel) -> bool:
@@ -473,6 +480,10 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
         raise ValueError(f"kernel {kernel.name!r} targets {spell(kernel.target)}: check it with "
                          "ucutlass.arch.check_kernel, which picks the target's rules")
     out = _common.check_element_types(kernel, "sm100", "tcgen05")
+    if kernel.swap_ab is True:
+        out.append(diag("sm100.swap-ab", "swap_ab = true: ucutlass swaps AB on sm90 only so far (the sm100 templates "
+                        "build D = A·B as declared); use swap_ab = false or auto, or target = sm90",
+                        pos(kernel, "swap_ab"), ("false", "auto")))
     shape_ok = True
     if kernel.schedule not in SCHEDULES:
         out.append(diag("sm100.schedule", f"schedule {kernel.schedule.value} is an sm90 schedule; an sm100 kernel "

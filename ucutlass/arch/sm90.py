@@ -21,12 +21,13 @@ K- and MN-major A and B; auto and explicit stages) and matches every byte: the t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Mapping
 
 from ..errors import Diagnostic
-from ..ir import (ALIGNMENTS, DType, EpilogueInputKind, GemmKernel, Layout, Schedule, Target, TileScheduler,
-                  expr_to_text, linear_combination)
+from ..ir import (ALIGNMENTS, Choice, DType, EpilogueInputKind, GemmKernel, Layout, Schedule, Target, TileScheduler,
+                  SWAPPED_NAMES, expr_to_text, linear_combination, transposed)
 from . import _common
 from ._common import (CLUSTER_EXTENTS, MAX_CLUSTER_SIZE, MIN_STAGES, SWIZZLE_SIZES, TILE_K_BYTES,
                       TMA_ALIGNMENT_BYTES)
@@ -40,12 +41,13 @@ from ._common import spell as _spell
 from ._common import swizzle_alignment as _swizzle_alignment
 
 __all__ = [
-    "check_kernel", "resolve_schedule", "mainloop_stages", "auto_stages", "max_stages", "smem_bytes",
+    "check_kernel", "resolve_schedule", "resolve_swap_ab", "mma_view", "mainloop_stages", "auto_stages", "max_stages",
+    "smem_bytes", "stage_slices", "swizzle_modes", "smem_tiles",
     "epilogue_smem_bytes", "epilogue_tile", "stage_bytes", "RULES",
     "SMEM_CAPACITY_BYTES", "TMA_ALIGNMENT_BYTES", "MIN_STAGES", "STAGE_ALIGNMENT_BYTES",
     "PIPELINE_BARRIER_BYTES_PER_STAGE", "COOPERATIVE_TILE_M", "WARPSPECIALIZED_TILE_M", "TILE_N_MULTIPLE",
     "TILE_N_MAX", "TILE_K_BYTES", "CLUSTER_EXTENTS", "MAX_CLUSTER_SIZE", "COOPERATIVE_EPI_TILE_M",
-    "WARPSPECIALIZED_EPI_TILE_M", "EPI_TILE_N",
+    "WARPSPECIALIZED_EPI_TILE_M", "EPI_TILE_N", "SWAP_AB_AUTO_MAX_M",
 ]
 
 # --- constants, with their sources -----------------------------------------------------------------------
@@ -93,12 +95,35 @@ WARPSPECIALIZED_EPI_TILE_M = 64
 #: Epilogue tile N: gcd(min(32, N), N) for 16- and 32-bit D (``sm90_builder.inl:120`` and ``:124-126``).
 EPI_TILE_N = 32
 
-#: Tile N: one wgmma is at most 256 wide (``cute/arch/mma_sm90.hpp`` ``ss_op_selector``, which tries N from 256
-#: down in steps of 8). wgmma itself allows multiples of 8; ucutlass keeps N a multiple of 16, the set the tuner
-#: searches, for which the epilogue uses the full 16-wide stmatrix atom (``sm90_builder.inl:324``
-#: ``CopyAtomC``: SM90_U32x4_STSM_N when the epilogue tile N % 16 == 0, the half-width atom otherwise).
-TILE_N_MULTIPLE = 16
+#: Tile N: a multiple of 8 from 8 to 256. What each piece of the kernel asks of it:
+#: - the wgmma atom: ``ss_op_selector`` (``cute/arch/mma_sm90.hpp:366``) tries N from 256 down and stops at
+#:   ``static_assert(Tile_N % 8 == 0, "Tile_N must be a multiple of 8.")`` (``:525``, and the same assert in every
+#:   dtype branch); 256 is the widest wgmma. N = 24, 40, 48, 56, 72, … take a narrower atom repeated (their own
+#:   atoms need ``CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED``, which ucutlass does not set): legal, as the selector runs.
+#: - B's shared-memory tile: ``ss_smem_selector`` (``cutlass/gemm/collective/builders/sm90_common.inl:280``
+#:   ``"BLK_MN0 must be a multiple of 8."``); an MN-major B of N = 8 takes the interleaved atom (``:293``).
+#: - the epilogue: ``EpilogueTileAuto`` takes epilogue tile N = gcd(min(32, N), N) (``sm90_builder.inl:120``/``:126``),
+#:   a multiple of 8 when N is; the accumulator copy atom needs epilogue tile N % 8 == 0 (``sm90_builder.inl:324-333``
+#:   ``CopyAtomC``: SM90_U32x4_STSM_N for N % 16 == 0, SM90_U32x2_STSM_N for N % 8 == 0, else "CopyAtomC can't be
+#:   void"), and so do the smem store atoms of a row- or column-major D (``epilogue/collective/builders/
+#:   sm90_common.inl:45-60``: SM90_U16x8/U16x4_STSM_T, SM90_U32x4/U32x2_STSM_N); the smem layout atoms of C and D
+#:   divide an epilogue tile N of 8 (16-bit: the 8-wide interleaved K atom; f32: 8 = the 32-byte swizzle atom).
+#: - but not N = 24: its epilogue tile is 24 wide, so each thread's fragment is 128·24/256 = 12 (64·24/128 pingpong)
+#:   accumulators, which the 16-bit stmatrix atoms do not split into (``sm90_epilogue_tma_warpspecialized.hpp:626``
+#:   ``"Fragment size does not vectorize properly"``; nvcc 13.0 on 128x24x128). Every other N has an epilogue tile N
+#:   of 8, 16 or 32 (the gcd above).
+#: With ``swap_ab`` the tile's N runs along the problem's M (the decode tokens), where 8, 16, 32 and 64 fit.
+#: A narrow N also meets the shared-memory layout rule (``sm90.smem-layout``, :func:`stage_slices`).
+TILE_N_MULTIPLE = 8
 TILE_N_MAX = 256
+TILE_N_EXCLUDED = (24,)
+TILE_NS = tuple(n for n in range(TILE_N_MULTIPLE, TILE_N_MAX + 1, TILE_N_MULTIPLE) if n not in TILE_N_EXCLUDED)
+
+#: ``swap_ab = auto`` swaps where M is known to be at most this: a dispatch kernel ``when M <= 64`` or less, or a
+#: binding whose workloads all have M <= 64. There the 64-row tiles a non-swapped kernel needs give N/64 CTAs for 132
+#: SMs (32 at N = 4096), each streaming all of K; swapped, the weight's N fills 128-row cooperative tiles (stream-K and
+#: split-K included) and the tokens a narrow tile N (docs/benchmarks/2026-11-29-h200-gemm-dispatch.md, decode rows).
+SWAP_AB_AUTO_MAX_M = 64
 
 #: Schedules of this target (``auto`` resolves to one of the others, :func:`resolve_schedule`).
 SCHEDULES = (Schedule.auto, Schedule.cooperative, Schedule.pingpong, Schedule.warpspecialized,
@@ -128,18 +153,20 @@ RULES: dict[str, str] = {
     "sm90.cooperative-tile-m": "cooperative: tile M is 128 or 256",
     "sm90.pingpong-tile-m": "pingpong: tile M is 64 or 128",
     "sm90.warpspecialized-tile-m": "warpspecialized: tile M is 64 or 128",
-    "sm90.tile-n": "tile N is a multiple of 16 from 16 to 256",
+    "sm90.tile-n": "tile N is a multiple of 8 from 8 to 256, not 24",
+    "sm90.swap-ab": "swap_ab = true: not with batch dims or blockwise scales (yet)",
     "sm90.accumulator-registers": "tile M x N accumulators per MMA thread fit its registers (240; 255 warpspecialized)",
     "sm90.tile-k": "tile K x element bytes is 64, 128 or 256",
     "sm90.cluster-shape": "cluster M and N in 1, 2, 4, 8 and cluster K = 1",
     "sm90.cluster-size": "cluster M x N <= 8",
     "sm90.stream-k-schedule": "scheduler stream_k needs schedule cooperative",
-    "sm90.split-k-scheduler": "split_k > 1 needs scheduler stream_k",
+    "sm90.split-k-scheduler": "split_k > 1 and reduction_mode nondeterministic need scheduler stream_k",
     "sm90.split-k-range": "split_k <= the K tiles of the problem (when extents are given)",
     "sm90.swizzle": "swizzle is 1, 2, 4 or 8",
     "sm90.stages-min": "stages >= 2",
     "sm90.smem": "explicit stages fit in 227 KiB of shared memory",
     "sm90.smem-auto": "stages = auto fits at least 2 stages",
+    "sm90.smem-layout": "each swizzled shared-memory tile (a, b, c, d, aux) can be sliced by stage (small tile N)",
     "sm90.align": "contiguous extents are multiples of the elements per access (when extents are given)",
     "sm90.dtype": "a and b are bf16, f16, f32, f8e4m3 or f8e5m2; c, d and epilogue inputs bf16, f16 or f32",
     "sm90.fp8-k-major": "f8e4m3/f8e5m2 a and b are both K-major",
@@ -169,7 +196,7 @@ def _check_accumulator_registers(kernel, schedule: Schedule, auto_note: str) -> 
         return m * n * max(kernel.accum.bytes, 1) // (threads * 4) <= budget
 
     tile_ms = COOPERATIVE_TILE_M if schedule is Schedule.cooperative else WARPSPECIALIZED_TILE_M
-    widest = max((n for n in range(TILE_N_MULTIPLE, tile_n, TILE_N_MULTIPLE) if fits(tile_m, n)), default=None)
+    widest = max((n for n in TILE_NS if n < tile_n and fits(tile_m, n)), default=None)
     valid = [f"{m}x{tile_n}x{kernel.tile[2]}" for m in tile_ms if m < tile_m and fits(m, tile_n)]
     valid += [f"{tile_m}x{widest}x{kernel.tile[2]}"] if widest else []
     hint = ("; schedule cooperative splits it over two warpgroups" if schedule is not Schedule.cooperative else "")
@@ -196,6 +223,46 @@ def resolve_schedule(kernel: GemmKernel) -> Schedule:
         return kernel.schedule
     tile_m = kernel.tile[0]
     return Schedule.cooperative if tile_m >= 128 and tile_m % 128 == 0 else Schedule.pingpong
+
+
+def resolve_swap_ab(kernel: GemmKernel, m_max: int | None = None) -> bool:
+    """Whether the kernel computes Dᵀ = B·Aᵀ: ``true``/``false`` as written; ``auto`` is true where M is known to be
+    at most :data:`SWAP_AB_AUTO_MAX_M` (the kernel's ``when M <= B``, or ``m_max``, the largest M of its calls) and the
+    kernel can be swapped (no batch dims, no blockwise scales: ``sm90.swap-ab``), else false.
+
+    Raises:
+        ValueError: ``swap_ab`` is still an open choice.
+    """
+    if isinstance(kernel.swap_ab, Choice):
+        raise ValueError(f"kernel {kernel.name!r}: swap_ab is an open choice; resolve it first")
+    if kernel.swap_ab is not None:
+        return bool(kernel.swap_ab)
+    when = kernel.when[1] if kernel.when is not None and kernel.when[0] == "M" else None
+    bounds = [b for b in (when, m_max) if b is not None]
+    return bool(bounds) and min(bounds) <= SWAP_AB_AUTO_MAX_M and not kernel.batch and not kernel.blockwise
+
+
+def mma_view(kernel: GemmKernel) -> GemmKernel:
+    """The kernel as CUTLASS builds it: :func:`ucutlass.ir.transposed` when it swaps AB (the problem's b is CUTLASS's
+    A, D is column-major, a bias a column broadcast …), else the kernel itself. The tile, schedule and shared-memory
+    rules and the templates read this view; the alignment rules read the problem's (the same memory either way)."""
+    return transposed(kernel) if resolve_swap_ab(kernel) else kernel
+
+
+def _check_swap_ab(kernel: GemmKernel) -> list[Diagnostic]:
+    """``sm90.swap-ab``: what a swapped kernel cannot be yet (written ``swap_ab = true``; ``auto`` does not swap these)."""
+    if kernel.swap_ab is not True:
+        return []
+    out: list[Diagnostic] = []
+    if kernel.batch:
+        out.append(_diag("sm90.swap-ab", f"swap_ab = true with batch dims [{', '.join(kernel.batch)}]: a swapped "
+                         "batched GEMM is not supported yet (a shared b would be CUTLASS's A, which has no stride-0 "
+                         "batch mode here); use swap_ab = false (or auto)", _pos(kernel, "swap_ab"), ("false", "auto")))
+    if kernel.blockwise:
+        out.append(_diag("sm90.swap-ab", "swap_ab = true with blockwise scales: the blockwise FP8 mainloop with the "
+                         "scales exchanged (1 x 128 blocks on CUTLASS's B) is not supported yet; use swap_ab = false "
+                         "(or per-tensor scales)", _pos(kernel, "swap_ab"), ("false", "auto")))
+    return out
 
 
 def epilogue_tile(kernel: GemmKernel) -> tuple[int, int]:
@@ -334,6 +401,116 @@ def max_stages(kernel: GemmKernel) -> int:
     while smem_bytes(kernel, n + 1) <= SMEM_CAPACITY_BYTES:
         n += 1
     return n
+
+
+# --- swizzled shared-memory tiles ---------------------------------------------------------------------------
+
+#: The GMMA shared-memory atoms (``cute/atom/mma_traits_sm90_gmma.hpp``, ``Layout_K_SW128_Atom`` …) are 8 rows of a
+#: 128-, 64-, 32- or 16-byte contiguous run; ``ss_smem_selector`` (``cutlass/gemm/collective/builders/sm90_common.inl:
+#: 273-319``) takes the widest whose run divides the tile's contiguous extent, for A and B (mainloop) and for C, D and
+#: the epilogue's [M, N] tensors (``sm90_get_epilogue_smem_swizzle_layout_atom``, ``sm90_builder.inl:90-110``).
+SWIZZLE_RUN_BYTES = (128, 64, 32, 16)
+SWIZZLE_ATOM_ROWS = 8
+
+
+def swizzle_modes(rows: int, run: int, stages: int, elem_bytes: int) -> tuple[int, int, int]:
+    """The modes ``tile_to_shape`` lays the atoms out in: (rows / 8, run / atom run, stages), ``rows`` being the
+    tile's extent across its contiguous dim and ``run`` the extent along it (K-major (N, K) and MN-major (K, N) alike:
+    ``sm90_mma_tma_gmma_ss_warpspecialized.hpp:128-135`` and ``sm90_epilogue_tma_warpspecialized.hpp:161-168`` tile
+    the contiguous dim's atoms after the other's)."""
+    width = next((b // elem_bytes for b in SWIZZLE_RUN_BYTES if run % (b // elem_bytes) == 0), run)
+    return rows // SWIZZLE_ATOM_ROWS, run // width, stages
+
+
+def stage_slices(rows: int, run: int, stages: int, elem_bytes: int) -> bool:
+    """Whether CuTe can slice one stage out of the swizzled shared-memory tile.
+
+    The atoms' swizzle functors (Swizzle<B, 4, 3>, B = 3, 2, 1, 0 for 128- to 16-byte runs) act on element offsets
+    and repeat every 2^(B+7) elements, which is ``elem_bytes`` atoms. Slicing a stage (``SmemLayoutB{}(_,_,0)``,
+    ``sm90_mma_tma_gmma_ss_warpspecialized.hpp:188``, and the epilogue's ``sD(_,_,index)``) composes that period with
+    the layout's modes in order (the epilogue's C, D and aux tiles are modelled alike: no failure of theirs alone was
+    seen, N = 24 fails earlier, ``sm90.tile-n``), and a mode that neither divides what is left of the period nor is
+    divided by it fails ``static_assert ... "Shape Divisibility Condition"`` / ``"Stride Divisibility Condition"``
+    (``cute/layout.hpp:1101``, ``composition_impl``). In words: a 16-bit tile of 8 rows per 128-byte run needs an
+    even count in its first mode above 1 (rows / 8, then run / 64, then stages); 32-bit needs a multiple of 4; 8-bit
+    anything; a last mode may also end inside the period (a whole tile shorter than it). Found by nvcc 13.0 on
+    CUTLASS 4.2: 128x8x64 bf16 fails with 13 stages and passes with 12, 128x24x64 fails at any count, 128x8x128 and
+    128x16x64 pass (the probes are in tests/test_swap_ab.py, ``STAGE_SLICE_PROBES``).
+    """
+    period = elem_bytes  # in atoms
+    modes = [size for size in swizzle_modes(rows, run, stages, elem_bytes) if size > 1]
+    for i, size in enumerate(modes):
+        if period == 1 or size % period == 0:
+            return True
+        if period % size == 0:
+            period //= size
+            continue
+        return size < period and i == len(modes) - 1  # the last mode may end inside the period, not cross it
+    return True  # the whole tile is shorter than one period: nothing is sliced inside it
+
+
+def smem_tiles(view: GemmKernel, stages: int | None = None) -> list[tuple[str, int, int, int, DType]]:
+    """Every swizzled shared-memory tile of a kernel as CUTLASS builds it (:func:`mma_view`): (name, rows, run,
+    stages, dtype) of A and B (``stages``: the mainloop's, default :func:`mainloop_stages`) and, with the TMA
+    epilogue, of C, D and the epilogue's [M, N] inputs (StagesC) and outputs (StagesD) over the epilogue tile."""
+    tile_m, tile_n, tile_k = view.tile
+    stages = mainloop_stages(view) if stages is None else stages
+    out = []
+    for op, mn in ((view.a, tile_m), (view.b, tile_n)):
+        rows, run = (mn, tile_k) if op.contiguous_dim == "K" else (tile_k, mn)
+        out.append((op.name, rows, run, stages, op.dtype))
+    if uses_no_smem_epilogue(view):
+        return out
+    epi_m, epi_n = epilogue_tile(view)
+    stages_c, stages_d, reuse = _epilogue_stages(view)
+
+    def add(name: str, dims: tuple[str, ...], layout: Layout, dtype: DType, n: int) -> None:
+        rows, run = (epi_m, epi_n) if _contiguous(dims, layout) == "N" else (epi_n, epi_m)
+        out.append((name, rows, run, n, dtype))
+
+    add(view.d.name, view.d.dims, view.d.layout, view.d.dtype, stages_c if reuse else stages_d)
+    if view.c is not None:
+        add(view.c.name, view.c.dims, view.c.layout, view.c.dtype, stages_c)
+    for inp in view.epilogue_inputs:
+        if inp.kind is EpilogueInputKind.matrix:
+            add(inp.name, inp.dims, inp.layout, inp.dtype, stages_c)
+    for o in view.epilogue_outputs:
+        if o.kind is EpilogueInputKind.matrix:
+            add(o.name, o.dims, o.layout, o.dtype, stages_d)
+    return out
+
+
+def _slices(view: GemmKernel, stages: int | None = None) -> bool:
+    """Whether every shared-memory tile of ``view`` (:func:`smem_tiles`) can be sliced by stage."""
+    return all(stage_slices(rows, run, n, dtype.bytes) for _, rows, run, n, dtype in smem_tiles(view, stages))
+
+
+def _check_smem_layout(kernel: GemmKernel, view: GemmKernel, swap_note: str) -> list[Diagnostic]:
+    """``sm90.smem-layout``: every swizzled shared-memory tile can be sliced by stage (:func:`stage_slices`)."""
+    bad = [t for t in smem_tiles(view) if not stage_slices(t[1], t[2], t[3], t[4].bytes)]
+    if not bad:
+        return []
+    name, rows, run, stages, dtype = bad[0]
+    tile_m, tile_n, tile_k = kernel.tile
+    user = SWAPPED_NAMES.get(name, name) if view is not kernel else name
+    valid: list[str] = []
+    if name in ("a", "b") and kernel.stages is None:  # a stage count that slices (the epilogue's do not change)
+        fit = next((n for n in range(mainloop_stages(view) - 1, MIN_STAGES - 1, -1) if _slices(view, n)), None)
+        valid += [f"stages = {fit}"] if fit else []
+    for shape in [(tile_m, n, tile_k) for n in (tile_n + 8, tile_n - 8, 16, 32, 64)] + \
+            [(tile_m, tile_n, k) for k in (tile_k * 2, tile_k // 2)]:
+        other = dataclasses.replace(kernel, tile=shape)
+        if shape != kernel.tile and shape[1] in TILE_NS and not _common.check_tile_k(other, "sm90") \
+                and (kernel.stages is not None or auto_stages(mma_view(other)) >= MIN_STAGES) \
+                and _slices(mma_view(other)):
+            valid.append(_spell(shape))
+    what = "a mainloop stage" if name in ("a", "b") else "an epilogue stage"
+    modes = swizzle_modes(rows, run, stages, dtype.bytes)
+    return [_diag("sm90.smem-layout", f"tile {_spell(kernel.tile)}{swap_note}: {user}'s shared-memory tile is {rows} "
+                  f"rows x {run} {dtype.value} per stage, {stages} stages ({what}); its {modes} swizzle-atom modes do not divide the swizzle's period of {dtype.bytes} atoms, so CuTe cannot "
+                  "slice out one stage (nvcc: \"Shape Divisibility Condition\", cute/layout.hpp:1101); 16-bit tiles "
+                  "need an even atom count first, 32-bit a multiple of 4", _pos(kernel, "tile"),
+                  tuple(dict.fromkeys(valid)))]
 
 
 def uses_cp_async(kernel: GemmKernel) -> bool:
@@ -510,8 +687,12 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
         out += _common.check_stages_min(kernel, "sm90", "TMA")
         return out + _common.check_alignment(kernel, extents, "sm90")
 
-    # FP8 inputs, their schedules and scale factors
+    # FP8 inputs, their schedules and scale factors; what a swapped kernel cannot be yet
     out += _check_fp8(kernel)
+    out += _check_swap_ab(kernel)
+    # the tile, schedule and shared-memory rules read the kernel as CUTLASS builds it (swap_ab: Dᵀ = B·Aᵀ)
+    mma = mma_view(kernel) if not any(d.code == "sm90.swap-ab" for d in out) else kernel
+    swap_note = " (swap_ab: the tile's M runs along N, its N along M)" if mma is not kernel else ""
 
     # tile and schedule (an FP8 fast-accumulation schedule tiles as its base schedule)
     schedule = resolve_schedule(kernel).base
@@ -531,10 +712,13 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
         out.append(_diag(f"sm90.{schedule.value}-tile-m", f"tile {tile} with schedule {schedule.value}"
                          f"{auto_note}: {why}", _pos(kernel, "tile"), _with_tile_m(kernel.tile, WARPSPECIALIZED_TILE_M)))
         tile_ok = False
-    if tile_n % TILE_N_MULTIPLE or not TILE_N_MULTIPLE <= tile_n <= TILE_N_MAX:
-        out.append(_diag("sm90.tile-n", f"tile {tile}: tile N {tile_n} must be a multiple of {TILE_N_MULTIPLE} "
-                         f"from {TILE_N_MULTIPLE} to {TILE_N_MAX} (one wgmma is at most 256 wide)",
-                         _pos(kernel, "tile"), range(TILE_N_MULTIPLE, TILE_N_MAX + 1, TILE_N_MULTIPLE)))
+    if tile_n not in TILE_NS:
+        why = ("its 24-wide epilogue tile gives each thread 12 accumulators, which do not vectorize (CUTLASS: "
+               "\"Fragment size does not vectorize properly\")" if tile_n in TILE_N_EXCLUDED else
+               "wgmma N steps by 8; one wgmma is at most 256 wide")
+        out.append(_diag("sm90.tile-n", f"tile {tile}{swap_note}: tile N {tile_n} must be a multiple of "
+                         f"{TILE_N_MULTIPLE} from {TILE_N_MULTIPLE} to {TILE_N_MAX}, not 24 ({why})",
+                         _pos(kernel, "tile"), TILE_NS))
         tile_ok = False
     if tile_ok:
         out += _check_accumulator_registers(kernel, schedule, auto_note)
@@ -561,23 +745,26 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
     out += stages_min
     if tile_ok and not stages_min:
         if kernel.stages is None:
-            n = auto_stages(kernel)
+            n = auto_stages(mma)
             if n < MIN_STAGES:
                 out.append(_diag("sm90.smem-auto", f"tile {tile} is too large for shared memory: one mainloop "
-                                 f"stage is {_kib(stage_bytes(kernel))} and the epilogue takes "
-                                 f"{_kib(epilogue_smem_bytes(kernel))}, so stages = auto fits {n} (needs >= "
+                                 f"stage is {_kib(stage_bytes(mma))} and the epilogue takes "
+                                 f"{_kib(epilogue_smem_bytes(mma))}, so stages = auto fits {n} (needs >= "
                                  f"{MIN_STAGES}) in {_kib(SMEM_CAPACITY_BYTES)}", _pos(kernel, "tile")))
         else:
-            need = smem_bytes(kernel, kernel.stages)
+            need = smem_bytes(mma, kernel.stages)
             if need > SMEM_CAPACITY_BYTES:
-                most = max_stages(kernel)
+                most = max_stages(mma)
                 fit = f"at most {most} fit" if most >= MIN_STAGES else "not even 2 fit: use a smaller tile"
                 out.append(_diag("sm90.smem", f"stages = {kernel.stages} with tile {tile} needs {_kib(need)} of "
-                                 f"shared memory ({kernel.stages} x {_kib(stage_bytes(kernel))} mainloop + "
+                                 f"shared memory ({kernel.stages} x {_kib(stage_bytes(mma))} mainloop + "
                                  f"epilogue); an sm90 block has at most {_kib(SMEM_CAPACITY_BYTES)}: {fit}",
                                  _pos(kernel, "stages"),
                                  ("auto",) + tuple(str(s) for s in range(MIN_STAGES, most + 1))
                                  if most >= MIN_STAGES else ()))
+
+        if not [d for d in out if d.code in ("sm90.smem", "sm90.smem-auto")]:
+            out += _check_smem_layout(kernel, mma, swap_note)
 
     # below 16 bytes: cp.async mainloop, no-smem epilogue
     out += _check_fallback_alignment(kernel)

@@ -30,7 +30,8 @@ import dataclasses
 from typing import Mapping
 
 from ..errors import Diagnostic
-from ..ir import (Choice, DType, EpilogueInputKind, GemmKernel, GroupedGemmKernel, Schedule, Target, TileScheduler)
+from ..ir import (Choice, DType, EpilogueInputKind, GemmKernel, GroupedGemmKernel, ReductionMode, Schedule, Target,
+                  TileScheduler)
 from . import _common, sm90
 from ._common import diag as _diag
 from ._common import kib as _kib
@@ -75,7 +76,8 @@ def group_view(kernel: GroupedGemmKernel, schedule: Schedule | None = None) -> G
     inputs = tuple(dataclasses.replace(i, dims=("N",)) if i.dims == ("G", "N") else i
                    for i in kernel.epilogue_inputs)
     fields.update(b=b, c=None, epilogue_inputs=inputs, schedule=schedule or resolve_schedule(kernel),
-                  scheduler=TileScheduler.persistent, split_k=1)
+                  scheduler=TileScheduler.persistent, split_k=1, swap_ab=False,
+                  reduction_mode=ReductionMode.deterministic)
     if "alignment" in fields:
         fields["alignment"] = None
     return GemmKernel(**fields)
@@ -101,9 +103,17 @@ def check_grouped_common(kernel: GroupedGemmKernel, prefix: str) -> list[Diagnos
                          "ptr-array kernels run only the persistent group scheduler (PersistentTileScheduler"
                          f"{'Sm100' if prefix == 'sm100' else 'Sm90'}Group)", _pos(kernel, "scheduler"),
                          ("persistent",)))
+    if kernel.swap_ab is True:
+        out.append(_diag(f"{prefix}.swap-ab", "swap_ab = true with grouped_gemm: the ptr-array kernels build each "
+                         "group's D = A·B as declared (no swap AB yet); use swap_ab = false or auto",
+                         _pos(kernel, "swap_ab"), ("false", "auto")))
     if kernel.split_k != 1:
         out.append(_diag(f"{prefix}.grouped-scheduler", f"split_k = {kernel.split_k} with grouped_gemm: the group "
                          "scheduler does not split K", _pos(kernel, "split_k"), ("1",)))
+    if kernel.reduction_mode is not ReductionMode.deterministic:
+        out.append(_diag(f"{prefix}.grouped-scheduler", f"reduction_mode = {kernel.reduction_mode.value} with "
+                         "grouped_gemm: the group scheduler does not split tiles", _pos(kernel, "reduction_mode"),
+                         ("deterministic",)))
     if getattr(kernel, "alignment", None) is not None:
         out.append(_diag(f"{prefix}.grouped-alignment", f"alignment = {kernel.alignment} with grouped_gemm: the "
                          "ptr-array kernels load every group with TMA, which needs 16-byte aligned rows",
