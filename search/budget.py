@@ -54,7 +54,8 @@ class StopRule:
 
     Attributes:
         epsilon: stop when best ≤ 1 + epsilon (objective is geomean T_kernel / T_SOL).
-        patience: finished trials without a gain before stopping (w).
+        patience: finished trials without a gain before stopping (w), counting only trials proposed after
+            the best so far was known (:meth:`record`'s ``informed``).
         budget: trials to run at most (counting failed and pruned ones).
         legal_size: legal configurations in the space.
         min_gain: relative improvement that counts as a gain.
@@ -74,19 +75,26 @@ class StopRule:
     tried: set = field(default_factory=set)
     reason: str = ""
 
-    def record(self, value: float | None, config_key=None) -> None:
+    def record(self, value: float | None, config_key=None, informed: bool = True) -> bool:
         """Record one finished trial (``value`` None for a failed or pruned one); ``config_key``
-        identifies a legal configuration that was built and measured (or failed doing so)."""
+        identifies a legal configuration that was built and measured (or failed doing so).
+
+        ``informed``: the trial was proposed after the best so far was known. One proposed before (in the
+        same batch as the best, or built ahead) says nothing about whether the search has stalled, so
+        without a gain it does not count for patience. Returns True when the trial was a gain.
+        """
         self.finished += 1
         if config_key is not None:
             self.tried.add(config_key)
         if value is not None and value < self.best * (1 - self.min_gain):
             self.best = value
             self.since_gain = 0
-        else:
-            if value is not None:
-                self.best = min(self.best, value)
+            return True
+        if value is not None:
+            self.best = min(self.best, value)
+        if informed:
             self.since_gain += 1
+        return False
 
     def record_earlier(self, value: float | None, config_key=None) -> None:
         """Record a trial finished before this run started (a resumed study): it counts for the budget,

@@ -353,12 +353,15 @@ class Tuner:
         s, cfg = self.setup, self.config
         rule = StopRule(epsilon=cfg.epsilon, patience=cfg.patience, budget=s.budget, legal_size=s.legal,
                         time_limit_s=cfg.time_limit_s, started=self._start)
+        best_known_at = None  # when the trial holding the best finished: later proposals knew of it
         for i, t in enumerate(sorted((t for t in trials if is_measured(t)), key=_completion_order)):
             value = t.value if t.state is TrialState.COMPLETE else None
             if i < s.finished_at_start:
                 rule.record_earlier(value, params_key(t.params))
-            else:
-                rule.record(value, params_key(t.params))
+                continue
+            informed = best_known_at is None or t.datetime_start is None or t.datetime_start >= best_known_at
+            if rule.record(value, params_key(t.params), informed=informed):
+                best_known_at = t.datetime_complete
         return rule
 
     def _tuned_workloads(self) -> list[Workload]:

@@ -239,3 +239,16 @@ def test_a_batch_built_ahead_when_the_study_stops_is_not_measured(tune_plan):
     assert statuses.count("UNMEASURED") >= 1
     assert len(measure.measured) == statuses.count("PASSED") + statuses.count("CRASHED") + 1  # + the verification
     assert not [t for t in result.trials if t["state"] == "RUNNING"]
+
+
+def test_patience_counts_only_trials_proposed_after_the_best_was_known():
+    """A batch is proposed before any of it is measured: its trials after the best say nothing about a stall
+    (2026-12-01: a tune stopped after its first batch of 16, on "13 trials without a 1% gain")."""
+    rule = StopRule(epsilon=0.0, patience=3, budget=100)
+    assert rule.record(2.0)  # the best, first of its batch
+    for v in (3.0, 3.1, 3.2, 3.3, 3.4):  # the rest of the same batch: proposed before the best was known
+        assert not rule.record(v, informed=False)
+    assert not rule.should_stop() and rule.since_gain == 0
+    for v in (3.0, 3.1, 3.2):  # the next batch, proposed knowing the best: a stall
+        rule.record(v)
+    assert rule.should_stop() and "3 trials without" in rule.reason
