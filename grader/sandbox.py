@@ -203,7 +203,8 @@ def set_subreaper() -> bool:
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> bool:
-    """Receive ``sig`` when the parent process ends (``PR_SET_PDEATHSIG``)."""
+    """Receive ``sig`` when the parent ends (``PR_SET_PDEATHSIG``; strictly: when the parent *thread* that
+    started this process ends, so use it only below a single-threaded parent such as the supervisor)."""
     if not sys.platform.startswith("linux") or _LIBC is None:
         return False
     return _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0

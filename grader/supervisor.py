@@ -15,8 +15,8 @@ it starts in milliseconds and never imports torch). It
   change clocks, mount or load modules);
 - tells the grader on ``--ctl`` (one JSON line each): ``{"pid": …, "userns": …}`` once the worker runs,
   ``{"exit": code}`` when the worker has ended (negative: killed by that signal);
-- on ``kill`` from the grader, on end of file on ``--ctl`` (the grader is gone) or on SIGTERM (the
-  grader died: ``PR_SET_PDEATHSIG``), stops and kills every process below it, reaps them and exits.
+- on ``kill`` from the grader, on end of file on ``--ctl`` or a new parent pid (the grader is gone), or on
+  SIGTERM, stops and kills every process below it, reaps them and exits.
 """
 
 from __future__ import annotations
@@ -92,8 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, finish)
     signal.signal(signal.SIGHUP, finish)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the grader, which stops us
-    sandbox.die_with_parent(signal.SIGTERM)
-    if os.getppid() == 1:  # the grader is already gone
+    # No PR_SET_PDEATHSIG here: it fires when the *thread* that started us ends, and a grader may live on
+    # after the thread that made it. The grader's end is seen instead as end of file on --ctl, and by the
+    # parent pid changing (checked every loop below).
+    grader = os.getppid()
+    if grader == 1:  # the grader is already gone
         return 0
 
     log = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -118,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             ready, _, _ = select.select([ctl], [], [], 0.25)
         except InterruptedError:
             ready = []
+        if os.getppid() != grader:  # the grader died (we were re-parented)
+            finish()
         for pid, status in sandbox.reap_children():
             if pid == proc.pid and not worker_done:
                 worker_done = True
