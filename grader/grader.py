@@ -57,6 +57,8 @@ from .worker import Reply, Worker
 TIMEOUT_S = 60.0
 #: Default limit on the time one solution's requests may take in all, over all the workloads of one grade().
 SOLUTION_TIMEOUT_S = 1800.0
+#: The grader's temporary folder (logs, the workers' scratch folders) is made with this prefix.
+TMP_PREFIX = "ucutlass-grader-"
 #: Problem files copied into each worker's scratch folder, and kept (to restore) after their digest, up
 #: to this size in all.
 PROBLEM_COPY_BYTES = 64 << 20
@@ -241,7 +243,9 @@ class Grader:
         self._last_solution: str | None = None
         self._graded: Counter[str] = Counter()
         self._environment: dict | None = None
-        self._tmp = Path(tempfile.mkdtemp(prefix="ucutlass-grader-"))
+        _remove_stale_folders()
+        self._tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+        (self._tmp / "owner").write_text(f"{os.getpid()} {_start_time(os.getpid())}")
         self._spawned = 0
         self._closed = False
         self._budget: dict[str, float] = {"used": 0.0}
@@ -417,7 +421,8 @@ class Grader:
         if r.status in (Status.RUNTIME_ERROR.value, Status.COMPILE_ERROR.value):
             raise GraderError(f"{self.problem.id}: the problem's code fails {what}: {r.reason}")
         if r.status == Status.TIMEOUT.value:
-            why = f"did not finish within {limit:g} s (it hangs, or needs a longer timeout_s)"
+            why = (f"did not finish within {limit:g} s (it hangs, or needs a longer deadline: ucutlass grade "
+                   "--timeout SECONDS, Grader(timeout_s=…))")
         elif r.status == Status.CRASHED.value:
             why = f"ended the process that ran it ({r.reason})"
         else:
@@ -678,7 +683,12 @@ class Grader:
             status = Status(r.status)
         except ValueError:
             status = Status.RUNTIME_ERROR
-        return _Fail(status, f"{stage}: {r.reason}" if stage else r.reason, r.log)
+        reason = f"{stage}: {r.reason}" if stage else r.reason
+        if status in (Status.RUNTIME_ERROR, Status.COMPILE_ERROR) and self.confine and \
+                ("PermissionError" in r.reason or "Permission denied" in r.reason or "Operation not permitted" in r.reason):
+            reason += (" (the grader's sandbox: a candidate may write only beneath its scratch folder — its working "
+                       "folder and $TMPDIR —, /dev and the C++ build cache, and signal only its own processes)")
+        return _Fail(status, reason, r.log)
 
     def _grade_workload(self, solution: SolutionRef, wl: Workload, timed: bool, nonce: str) -> WorkloadResult:
         logs: list[str] = []
@@ -935,6 +945,33 @@ class Grader:
         except Exception as e:  # a T_SOL model that fails leaves the measurement standing
             logs.append(f"T_SOL unavailable: {type(e).__name__}: {e}")
             return None
+
+
+def _start_time(pid: int) -> str:
+    """When process ``pid`` started (field 22 of /proc/PID/stat, clock ticks since boot): with the pid, it
+    names one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _remove_stale_folders() -> None:
+    """Remove the scratch folders of graders whose process is gone without closing them (killed with
+    SIGKILL): their ``owner`` file names a process that no longer runs."""
+    root = Path(tempfile.gettempdir())
+    try:
+        folders = list(root.glob(TMP_PREFIX + "*"))
+    except OSError:
+        return
+    for folder in folders:
+        try:
+            pid, started = (folder / "owner").read_text().split()
+        except (OSError, ValueError):
+            continue  # not ours to judge (an older grader's, or being made now)
+        if _start_time(int(pid)) != started:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _worker_env(scratch: Path) -> dict[str, str]:

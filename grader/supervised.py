@@ -19,9 +19,14 @@ from .results import Status, WorkloadResult
 from .solutions import SolutionRef
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def _child(conn, problem: Problem, solution: SolutionRef, uuids: list[str], t_sol_ms, kwargs: dict) -> None:
     from .grader import Grader
 
+    signal.signal(signal.SIGTERM, _interrupt)  # terminate(): close the grader (workers, scratch) on the way out
     try:
         with Grader(problem, t_sol_ms=t_sol_ms, **kwargs) as g:
             g.progress = lambda ev: conn.send(("result", ev["result"]))
@@ -97,9 +102,12 @@ def grade_in_child(problem: Problem, solution: SolutionRef, workloads: Sequence[
             elif kind == "done":
                 break
         proc.join(timeout=30.0)
-    except BaseException:  # Ctrl-C: the child has it too; do not leave it behind
-        proc.terminate()
-        proc.join(timeout=10.0)
+    except BaseException:  # Ctrl-C (the child has it too) or SIGTERM: let it close its grader, then go
+        if proc.is_alive():
+            proc.terminate()
+        proc.join(timeout=20.0)
+        if proc.is_alive():
+            proc.kill()
         raise
     finally:
         recv.close()

@@ -453,6 +453,13 @@ class _State:
         return reply
 
 
+#: torch's intra-op threads in a CPU worker (candidate and reference alike). One: on a machine that runs
+#: other work, a parallel region waits for its slowest thread, and a preempted thread made CPU times jump
+#: ~100x (0.1 ms → 12 ms) with a steady median; one thread each keeps the two sides comparable.
+#: ``$UCUTLASS_GRADER_CPU_THREADS`` changes it.
+CPU_THREADS = 1
+
+
 def _set_up(init: dict):
     """The worker's set-up before any candidate code: device, warm-up, timing primitives, guards, then the
     confinement. Returns ``(state, confinement)``."""
@@ -462,6 +469,8 @@ def _set_up(init: dict):
     from .sandbox import confine
 
     torch.set_grad_enabled(False)
+    if init["device"] == "cpu":
+        torch.set_num_threads(max(1, int(os.environ.get("UCUTLASS_GRADER_CPU_THREADS", CPU_THREADS))))
     dev = torch.device(init["device"])
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
@@ -787,6 +796,13 @@ class Worker:
                     return self._reply(False, TAMPERED, "the worker sent a reply that is not a JSON object: "
                                        "a forged write on the grader's descriptor", offset, dead=True)
                 if seq is not None and data.get("id") != seq:  # the worker's own loop answers once, in order
+                    stray = self.stray_processes() if self.ready else []
+                    if stray:  # a fork of the worker (its copy of the loop) answered on the shared channel
+                        self.kill()
+                        return self._reply(False, PROCESS_SPAWNED, (
+                            f"the candidate left {len(stray)} process(es) running: {', '.join(stray[:6])}, and one "
+                            "wrote on the worker's channel (a forked copy of the worker); all were killed"),
+                            offset, dead=True)
                     self.kill()
                     return self._reply(False, TAMPERED, f"a reply out of step with the requests (id "
                                        f"{str(data.get('id'))[:40]!r}, expected {seq}): a forged or duplicated "

@@ -210,6 +210,18 @@ def test_sol_json_and_problems_listing(capsys):
     assert rc == 0 and out.count("kernel.ucut") >= 3
 
 
+def test_problems_lists_a_broken_folder_beside_the_others(capsys, tmp_path):
+    """One folder with a broken definition.json is listed as broken; the others are still listed; exit 1."""
+    broken = tmp_path / "broken_problem"
+    broken.mkdir()
+    (broken / "definition.json").write_text("{ not json")
+    (broken / "workload.jsonl").write_text("")
+    rc, out, _ = run(capsys, "problems", "--problems", str(tmp_path))
+    assert rc == 1
+    assert "broken_problem" in out and "broken:" in out
+    assert out.count("kernel.ucut") >= 3  # the shipped problems are still there
+
+
 def test_grade_python_solution_on_cpu(capsys, tmp_path):
     """The grader also runs on the CPU: a Python solution of a shipped problem graded end to end."""
     sol = tmp_path / "mine.py"

@@ -307,11 +307,17 @@ def cmd_problems(args) -> int:
     for d in args.problems:
         if not Path(d).is_dir():
             raise UcutError(f"--problems {d}: no such folder")
+    broken = 0
     for pid, path in list_problems(args.problems):
-        p = load_problem(path)
+        try:
+            p = load_problem(path)
+        except UcutError as e:  # one broken folder does not hide the others
+            broken += 1
+            print(f"{pid:<55} broken: {e}")
+            continue
         spec = "kernel.ucut" if p.spec_path else "no spec"
         print(f"{pid:<55} {len(p.workloads):>3} workloads  {spec:<11} {path}")
-    return 0
+    return 1 if broken else 0
 
 
 # --- grade ---------------------------------------------------------------------------------------------
@@ -419,6 +425,9 @@ def cmd_grade(args) -> int:
     else:
         print(format_table(results))
         print(json.dumps(summarize(results)))
+        if not all(r.passed for r in results) and not args.output:
+            print("note: the full log of each workload (traceback, what the candidate printed) is in the JSON "
+                  "records: --json, or -o FILE", file=sys.stderr)
     return 0 if all(r.passed for r in results) else 1
 
 
@@ -582,8 +591,30 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _terminate(signum, frame) -> None:
+    """SIGTERM (``timeout``, a job scheduler) as an interrupt: graders close their workers and remove their
+    scratch folders on the way out."""
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import signal
+
+    previous = None
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        try:
+            previous = signal.signal(signal.SIGTERM, _terminate)
+        except ValueError:  # not the main thread (main() called from a thread): leave it
+            pass
+    try:
+        return _run(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args) -> int:
     try:
         return args.func(args)
     except UcutSyntaxError as e:
@@ -602,8 +633,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e.filename or e}: no such file", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("interrupted; finished trials are saved in the study storage, run the same command to resume",
-              file=sys.stderr)
+        if args.command == "tune":
+            print("interrupted; finished trials are saved in the study storage, run the same command to resume",
+                  file=sys.stderr)
+        else:
+            print("interrupted", file=sys.stderr)
         return 130
 
 

@@ -493,4 +493,5 @@ def find_problem(id_or_path: str | os.PathLike, extra: Sequence[str | os.PathLik
     searched = ", ".join(str(d) + ("" if d.is_dir() else " (does not exist)") for d in problem_dirs(extra))
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known ids: {', '.join(ids) or 'none'}"
     raise ProblemError(f"no problem {str(id_or_path)!r} (searched {searched}; add folders with --problems DIR "
-                       f"or ${ENV_PROBLEM_DIRS}){hint}")
+                       f"or ${ENV_PROBLEM_DIRS}, in Python find_problem(id, extra=[DIR]), or give a problem "
+                       f"folder's path){hint}")

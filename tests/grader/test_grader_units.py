@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -237,3 +238,26 @@ def test_format_table():
 def test_solution_ref_is_json_able():
     ref = SolutionRef("x", "m:f", {"a": 1}, True)
     assert json.loads(json.dumps(ref.to_json()))["destination_passing"] is True
+
+
+def test_a_killed_graders_folder_is_removed_by_the_next(tmp_path, monkeypatch):
+    """A grader killed with SIGKILL leaves its temporary folder; the next Grader removes the folders whose
+    ``owner`` names a process that no longer runs, and leaves a live grader's and unowned ones alone."""
+    import subprocess
+    import tempfile
+
+    from ucutlass.grader import grader as grader_module
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = tmp_path / (grader_module.TMP_PREFIX + "dead")
+    dead.mkdir()
+    (dead / "owner").write_text(f"{gone.pid} 1")  # a start time no live process with this pid has
+    alive = tmp_path / (grader_module.TMP_PREFIX + "alive")
+    alive.mkdir()
+    (alive / "owner").write_text(f"{os.getpid()} {grader_module._start_time(os.getpid())}")
+    unowned = tmp_path / (grader_module.TMP_PREFIX + "unowned")
+    unowned.mkdir()
+    grader_module._remove_stale_folders()
+    assert not dead.exists() and alive.exists() and unowned.exists()
