@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ucutlass.build import build_kernels
-from ucutlass.dsl import parse, parse_file
+from ucutlass.lang import parse, parse_file
 from ucutlass.runtime import load_kernel
 
 ROWS = [  # (B, S, Hq, Hkv, causal)

@@ -18,7 +18,7 @@ import json
 import sys
 import time
 
-from ucutlass.dsl import parse
+from ucutlass.lang import parse
 from ucutlass.problem import find_problem
 from ucutlass.search import plan
 from ucutlass.search.measure import solution_for

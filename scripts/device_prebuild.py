@@ -13,7 +13,7 @@ import sys
 import time
 
 from ucutlass.build import build_kernels
-from ucutlass.dsl import parse_file
+from ucutlass.lang import parse_file
 from ucutlass.problem import find_problem
 from ucutlass.search import plan
 

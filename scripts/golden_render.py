@@ -37,7 +37,8 @@ def renders() -> tuple[dict, dict[str, str]]:
     """``(manifest, full)``: manifest[file][kernel][picks] = {config, build_digest, cu_sha256, ucut_sha256};
     full[name] = the ``.cu`` text of each kernel's first combination."""
     from ucutlass.codegen import render
-    from ucutlass.dsl import distinct_combinations, legal_combinations, parse_file
+    from ucutlass.arch import distinct_combinations, legal_combinations
+    from ucutlass.lang import parse_file
 
     manifest: dict = {}
     full: dict[str, str] = {}

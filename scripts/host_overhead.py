@@ -17,7 +17,7 @@ import time
 import torch
 
 from ucutlass.build import build_kernels
-from ucutlass.dsl import parse
+from ucutlass.lang import parse
 from ucutlass.runtime import load_kernel
 
 SPEC = """

@@ -211,11 +211,11 @@ class GpuWorker:
     hardware: str
 
     def __call__(self, index: int, count: int) -> str:
-        from ucutlass.dsl import parse
+        from ucutlass.lang import parse
         from ucutlass.grader import Grader
         from ucutlass.sol import analyze, load_hardware, prefetch_counts
 
-        from . import plan
+        from .planning import plan
         from .measure import GraderMeasurer, NvccBuilder
 
         p = plan(self.problem, parse(self.source, self.source_file), kernel=self.kernel,

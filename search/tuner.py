@@ -681,8 +681,8 @@ class Tuner:
         one solution on every workload. None when one kernel is as good (or the kernel is not a plain GEMM, or M
         does not vary, or the dispatch fails its check)."""
         from ucutlass.arch import resolve_swap_ab
-        from ucutlass.dispatch import kernel_block, pin_swap_ab, render_dispatch
-        from ucutlass.dsl import parse
+        from ucutlass.lang import kernel_block, pin_swap_ab, render_dispatch
+        from ucutlass.lang import parse
 
         cfg = self.config
         if cfg.dispatch < 2 or getattr(self.space.kernel, "family", "gemm") != "gemm":

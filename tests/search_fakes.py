@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ucutlass.build import BuildResult
-from ucutlass.dsl import parse
+from ucutlass.lang import parse
 from ucutlass.problem import find_problem
 from ucutlass.search import TuneConfig, Tuner, plan
 from ucutlass.search.tuner import Outcome

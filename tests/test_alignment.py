@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ucutlass import arch, dsl
+from ucutlass import arch, lang
 from ucutlass.arch._common import largest_alignment
 from ucutlass.bind import resolve_alignment
 from ucutlass.codegen import render, template_values
@@ -26,7 +26,7 @@ KERNELS = Path(__file__).parent / "kernels"
 
 
 def kernel_of(text: str):
-    return dsl.parse(text, "t.ucut").kernel()
+    return lang.parse(text, "t.ucut").kernel()
 
 
 def gemm(settings: str = "", epilogue: str = "", d: str = "bf16", ab: str = "bf16", c: str = "") -> str:
@@ -35,13 +35,13 @@ def gemm(settings: str = "", epilogue: str = "", d: str = "bf16", ab: str = "bf1
 
 
 def codes(text: str, extents=None) -> list[str]:
-    return [d.code for d in dsl.check(kernel_of(text), extents)]
+    return [d.code for d in arch.check(kernel_of(text), extents)]
 
 
 @pytest.mark.parametrize("value", ["3", "16", "0", "fast"])
 def test_alignment_values(value):
     with pytest.raises(UcutSyntaxError) as info:
-        dsl.parse(gemm(f"alignment = {value}"), "t.ucut")
+        lang.parse(gemm(f"alignment = {value}"), "t.ucut")
     (d,) = info.value.diagnostics
     assert d.code == "bad-value" and d.valid == ("auto", "8", "4", "2", "1") and (d.pos.line, d.pos.column) == (3, 15)
 
@@ -58,7 +58,7 @@ def test_alignment_is_elements_capped_at_16_bytes_per_operand():
 
 def test_alignment_is_a_choice_the_tuner_can_search():
     k = kernel_of(gemm("alignment = {auto, 2}"))
-    legal, rejected = dsl.legal_combinations(k, {"M": 1000, "N": 1002, "K": 4096})
+    legal, rejected = arch.legal_combinations(k, {"M": 1000, "N": 1002, "K": 4096})
     assert legal == [{"alignment": 2}]  # N = 1002 bf16 elements is 2004 bytes: only 2 elements serve it
     assert [e.code for _, errs in rejected for e in errs] == ["sm90.align"]
 
@@ -114,7 +114,7 @@ def test_linear_combination(expr, expected):
     ("alignment = 2 target = sm100", "", "bf16", "bf16", "sm100.align-tma"),
 ])
 def test_fallback_rules(settings, epilogue, d, ab, code):
-    diags = dsl.check(kernel_of(gemm(settings, epilogue, d, ab)))
+    diags = arch.check(kernel_of(gemm(settings, epilogue, d, ab)))
     assert [x.code for x in diags] == [code], [x.format() for x in diags]
     assert diags[0].pos.line == 3 and diags[0].valid
     assert code in arch.RULES
@@ -141,13 +141,13 @@ def test_largest_alignment(extents, fit):
 
 
 def test_align_rule_says_which_alignment_serves_the_extents():
-    diags = dsl.check(kernel_of(gemm()), {"M": 1000, "N": 1002, "K": 4096})
+    diags = arch.check(kernel_of(gemm()), {"M": 1000, "N": 1002, "K": 4096})
     assert [d.code for d in diags] == ["sm90.align"]
     assert "build with alignment = 2" in diags[0].message and diags[0].valid == ("1000", "1008")
-    diags = dsl.check(kernel_of(gemm("alignment = 4")), {"M": 1000, "N": 1002, "K": 4096})
+    diags = arch.check(kernel_of(gemm("alignment = 4")), {"M": 1000, "N": 1002, "K": 4096})
     assert [d.code for d in diags] == ["sm90.align"]
     assert "not a multiple of 4 (the kernel is built with alignment = 4)" in diags[0].message
-    odd = dsl.check(kernel_of(gemm()), {"M": 1000, "N": 1001, "K": 4096})
+    odd = arch.check(kernel_of(gemm()), {"M": 1000, "N": 1001, "K": 4096})
     assert "a and b cannot be read less than 4 bytes at a time (cp.async): pad N" in odd[0].message
 
 
@@ -160,9 +160,9 @@ def test_render_refuses_a_fallback_it_cannot_build():
 def test_shipped_alignment_kernels_use_the_fallbacks():
     for name, cpp in (("align_bf16", "KernelCpAsyncWarpSpecializedCooperative"),
                       ("align_f32", "KernelCpAsyncWarpSpecializedPingpong")):
-        k = dsl.parse_file(KERNELS / f"{name}.ucut").kernel()
+        k = lang.parse_file(KERNELS / f"{name}.ucut").kernel()
         values = template_values(k)
-        assert dsl.check(k) == [] and values["no_smem_epilogue"] and values["kernel_schedule"].endswith(cpp)
+        assert arch.check(k) == [] and values["no_smem_epilogue"] and values["kernel_schedule"].endswith(cpp)
 
 
 # --- nvcc ----------------------------------------------------------------------------------------------------
@@ -175,7 +175,7 @@ def compiled(tmp_path_factory):
     from ucutlass.build import build_kernels
 
     cache = tmp_path_factory.mktemp("kernel-cache")
-    kernels = [dsl.parse_file(KERNELS / name).kernel() for name in NVCC_KERNELS]
+    kernels = [lang.parse_file(KERNELS / name).kernel() for name in NVCC_KERNELS]
     return dict(zip(NVCC_KERNELS, zip(kernels, build_kernels(kernels, jobs=2, root=cache, timeout_s=900))))
 
 

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from ucutlass import arch, dsl
+from ucutlass import arch, lang
 from ucutlass.arch import sm90, sm100
 from ucutlass.ir import Schedule, Target
 
@@ -16,7 +16,7 @@ ABD = "a : bf16[M, K] row   b : bf16[N, K] row   d : bf16[M, N] row"
 
 def kernel(settings: str = "", operands: str = ABD, epilogue: str = "", target: str = "sm100"):
     text = f"kernel k : gemm {{\n  target = {target}\n  {operands}\n  {settings}\n  {epilogue}\n}}\n"
-    return dsl.parse(text, "k.ucut").kernel()
+    return lang.parse(text, "k.ucut").kernel()
 
 
 def codes(k, extents=None) -> list[str]:
@@ -166,18 +166,18 @@ def test_dispatcher_picks_the_rules_of_the_target():
         ["sm90.schedule"]
     assert set(sm90.RULES) | set(sm100.RULES) <= set(arch.RULES)  # plus the other families' rules
     with pytest.raises(ValueError, match="target is an open choice"):
-        arch.rules_for(dsl.parse(f"kernel k : gemm {{ target = {{sm90, sm100}} {ABD} }}").kernel())
+        arch.rules_for(lang.parse(f"kernel k : gemm {{ target = {{sm90, sm100}} {ABD} }}").kernel())
 
 
 def test_dsl_check_covers_a_choice_of_targets():
     text = f"""kernel k : gemm {{ {ABD}
       target = {{sm90, sm100}}   tile = 256x128x64   cluster = 2x1x1
       schedule = {{cooperative, warpspecialized_2sm}} }}"""
-    legal, rejected = dsl.legal_combinations(dsl.parse(text).kernel())
+    legal, rejected = arch.legal_combinations(lang.parse(text).kernel())
     assert legal == [{"target": Target.sm90, "schedule": Schedule.cooperative},
                      {"target": Target.sm100, "schedule": Schedule.warpspecialized_2sm}]
     assert [[d.code for d in errs] for _, errs in rejected] == [["sm90.schedule"], ["sm100.schedule"]]
-    (note,) = dsl.check(dsl.parse(text))
+    (note,) = arch.check(lang.parse(text))
     assert note.severity == "note" and "pass the sm90/sm100 rules" in note.message
 
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from ucutlass import dsl
+from ucutlass import lang
 from ucutlass.arch import sm90
 from ucutlass.ir import Schedule
 
@@ -15,7 +15,7 @@ ABD = "a : bf16[M, K] row   b : bf16[N, K] row   d : bf16[M, N] row"
 
 def kernel(settings: str = "", operands: str = ABD, epilogue: str = ""):
     text = f"kernel k : gemm {{\n  {operands}\n  {settings}\n  {epilogue}\n}}\n"
-    return dsl.parse(text, "k.ucut").kernel()
+    return lang.parse(text, "k.ucut").kernel()
 
 
 def codes(k, extents=None) -> list[str]:

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ucutlass import arch, build, codegen, dsl
-from ucutlass.attention import ABI_VERSION, AttentionKernel, abi_of, template_values
+from ucutlass import arch, build, codegen, lang
+from ucutlass.codegen import ABI_VERSION, abi_of
+from ucutlass.codegen.attention import template_values
+from ucutlass.ir import AttentionKernel
 from ucutlass.errors import CheckError, UcutSyntaxError
 from ucutlass.ir import DType, Schedule, Target
 
@@ -28,12 +30,12 @@ def attn(body: str = "", *, q="bf16[B, Sq, Hq, 128]", k="bf16[B, Sk, Hkv, 128]",
 
 
 def one(text: str) -> AttentionKernel:
-    return dsl.parse(text).kernel()
+    return lang.parse(text).kernel()
 
 
 def codes(text: str) -> list[str]:
     with pytest.raises(UcutSyntaxError) as e:
-        dsl.parse(text)
+        lang.parse(text)
     return [d.code for d in e.value.diagnostics]
 
 
@@ -63,7 +65,7 @@ def test_bhsd_with_lse_scale_and_f16():
 
 
 def test_choices_resolve_to_concrete_source():
-    prog = dsl.parse(attn("tile = {128x128, 128x64}   schedule = {cooperative, pingpong}   persistent = {auto, true}"))
+    prog = lang.parse(attn("tile = {128x128, 128x64}   schedule = {cooperative, pingpong}   persistent = {auto, true}"))
     assert sorted(prog.choices()) == ["attn.persistent", "attn.schedule", "attn.tile"]
     concrete = prog.resolve({"attn.tile": "128x64", "attn.schedule": "pingpong", "attn.persistent": "true"})
     k = concrete.kernel()
@@ -73,7 +75,7 @@ def test_choices_resolve_to_concrete_source():
 
 def test_causal_as_a_setting_hints_the_mask():
     with pytest.raises(UcutSyntaxError) as e:
-        dsl.parse(attn("causal = true"))
+        lang.parse(attn("causal = true"))
     (d,) = e.value.diagnostics
     assert d.code == "unknown-setting" and "did you mean mask = causal?" in d.message
 
@@ -107,7 +109,7 @@ def test_language_errors(text, code):
 
 def test_error_lists_valid_masks_with_position():
     with pytest.raises(UcutSyntaxError) as e:
-        dsl.parse(attn("mask = casual"), file="a.ucut")
+        lang.parse(attn("mask = casual"), file="a.ucut")
     d = e.value.diagnostics[0]
     assert d.valid == ("none", "causal") and "did you mean 'causal'" in d.message
     assert str(d.pos).startswith("a.ucut:6:")
@@ -160,8 +162,8 @@ def test_extent_rules():
 
 def test_check_counts_legal_combinations_and_names_rules():
     text = attn("tile = {128x128, 128x256, 64x128}   schedule = {cooperative, pingpong}")
-    prog = dsl.parse(text)
-    diags = dsl.check(prog)
+    prog = lang.parse(text)
+    diags = arch.check(prog)
     (note,) = [d for d in diags if d.code == "choices"]
     assert note.message.startswith("2 of 6 combinations")
     assert "sm90.attn-smem (2)" in note.message and "sm90.attn-tile (2)" in note.message
@@ -251,7 +253,7 @@ def test_shipped_problem_binds_and_has_the_workloads():
     from ucutlass.bind import bind
 
     problem = _problem()
-    prog = dsl.parse_file(ROOT / "problems" / PROBLEM / "kernel.ucut")
+    prog = lang.parse_file(ROOT / "problems" / PROBLEM / "kernel.ucut")
     binding = bind(prog.kernel(), problem)
     ext = [binding.extents(w) for w in problem.workloads]
     assert {(e["B"], e["Sq"]) for e in ext} >= {(4, 4096), (1, 16384), (16, 1024), (4, 4000)}
@@ -265,22 +267,22 @@ def test_binding_errors_name_the_tensors():
     text = ("kernel attn : attention { q : bf16[B, Sq, Hq, 128] <- q  k : bf16[B, Sk, Hkv, 128] <- key "
             "v : f16[B, Sk, Hkv, 128] <- v  o : f16[B, Sq, Hq, 128] -> output }")
     with pytest.raises(UcutSyntaxError):  # dtypes disagree: a language error first
-        dsl.parse(text)
+        lang.parse(text)
     text = text.replace(": f16[", ": bf16[")
     with pytest.raises(CheckError) as e:
-        bind(dsl.parse(text).kernel(), _problem())
+        bind(lang.parse(text).kernel(), _problem())
     got = {d.code for d in e.value.diagnostics}
     assert got == {"bind-unknown", "bind-unused"}
     mha = text.replace("<- key", "<- k").replace("Hkv", "Hq")
     with pytest.raises(CheckError) as e:  # K declared over Hq (MHA) but the problem has 8 KV heads
-        bind(dsl.parse(mha).kernel(), _problem())
+        bind(lang.parse(mha).kernel(), _problem())
     assert e.value.diagnostics[0].code == "bind-extent"
 
 
 def test_search_space_over_the_problem_kernel():
     from ucutlass.search import plan
 
-    p = plan(_problem(), dsl.parse_file(ROOT / "problems" / PROBLEM / "kernel.ucut"),
+    p = plan(_problem(), lang.parse_file(ROOT / "problems" / PROBLEM / "kernel.ucut"),
              source_file=str(ROOT / "problems" / PROBLEM / "kernel.ucut"))
     assert p.space.size == 24 and len(p.legal) == 18  # pingpong: persistent auto and true are one kernel
     k = p.space.concrete(p.space.legal_params()[0])
@@ -307,7 +309,7 @@ def test_generated_sm90_and_sm100_attention_kernels_compile(tmp_path_factory):
     from ucutlass.build import build_kernels
 
     cache = tmp_path_factory.mktemp("attn_cache")
-    kernels = [dsl.parse_file(KERNELS / f).kernel() for f in ("attn_gqa_causal.ucut", "attn_sm100.ucut")]
+    kernels = [lang.parse_file(KERNELS / f).kernel() for f in ("attn_gqa_causal.ucut", "attn_sm100.ucut")]
     results = build_kernels(kernels, root=cache, timeout_s=900)
     for k, r in zip(kernels, results):
         assert r.ok, f"{k.config_name()}: {r.error}\n{r.log[-3000:]}"
@@ -329,7 +331,7 @@ def test_one_kernel_spelled_two_ways_is_one_configuration():
     with auto (not persistent) and true are two."""
     from ucutlass.search import plan
 
-    p = plan(_problem(), dsl.parse_file(ROOT / "problems" / PROBLEM / "kernel.ucut"), source_file="kernel.ucut")
+    p = plan(_problem(), lang.parse_file(ROOT / "problems" / PROBLEM / "kernel.ucut"), source_file="kernel.ucut")
     assert len(p.legal) == 2 * 3 * 3  # tiles x stages x (cooperative auto, cooperative true, pingpong)
     assert "the same kernel as a combination listed before it" in " ".join(p.rejected)
     ping = {"tile": "128x64", "schedule": "pingpong", "stages": "3"}
@@ -348,7 +350,7 @@ def test_tuner_picks_the_fastest_attention_config(sampler):
     from ucutlass.search import TuneConfig, Tuner, plan
     from ucutlass.search.tuner import Outcome
 
-    p = plan(_problem(), dsl.parse_file(ROOT / "problems" / PROBLEM / "kernel.ucut"), source_file="kernel.ucut",
+    p = plan(_problem(), lang.parse_file(ROOT / "problems" / PROBLEM / "kernel.ucut"), source_file="kernel.ucut",
              max_workloads=2)
 
     def build_fn(cands):

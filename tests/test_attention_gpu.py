@@ -14,7 +14,7 @@ import math
 import pytest
 
 from gpu_build import build_and_load  # tests/ is on sys.path for its own modules
-from ucutlass.dsl import parse
+from ucutlass.lang import parse
 from ucutlass.errors import KernelRuntimeError
 
 torch = pytest.importorskip("torch")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ucutlass import arch, dsl
+from ucutlass import arch, lang
 from ucutlass.bind import bind
 from ucutlass.codegen import abi_of, render, template_values
 from ucutlass.errors import UcutSyntaxError
@@ -31,12 +31,12 @@ kernel scores : gemm {
 
 
 def kernel_of(text: str):
-    return dsl.parse(text, "t.ucut").kernel()
+    return lang.parse(text, "t.ucut").kernel()
 
 
 def errors(text: str) -> list:
     with pytest.raises(UcutSyntaxError) as info:
-        dsl.parse(text, "t.ucut")
+        lang.parse(text, "t.ucut")
     return info.value.diagnostics
 
 
@@ -140,8 +140,8 @@ def test_tf32_still_needs_k_major_in_a_batched_kernel():
 
 def test_shipped_batched_kernels_parse_and_pass_the_rules():
     for name in ("batched_scores", "batched_bias"):
-        k = dsl.parse_file(KERNELS / f"{name}.ucut").kernel()
-        assert k.batch and dsl.check(k) == []
+        k = lang.parse_file(KERNELS / f"{name}.ucut").kernel()
+        assert k.batch and arch.check(k) == []
 
 
 def _scores_problem(tmp_path: Path, workloads: list[dict]) -> Path:
@@ -180,7 +180,7 @@ def test_bind_reads_batch_dims_from_the_tensors_and_lowers_auto_alignment(tmp_pa
     # N = 1002 f32 elements is not a multiple of 4 (16 bytes): auto lowers to 2 elements for every operand
     assert k.alignment is None and binding.kernel.alignment == 2
     assert binding.kernel.digest() != k.digest()
-    assert dsl.check(binding.kernel, binding.extents(problem.workloads[1])) == []
+    assert arch.check(binding.kernel, binding.extents(problem.workloads[1])) == []
     (tmp_path / "x").mkdir()
     aligned = load_problem(_scores_problem(tmp_path / "x", [{"B": 2, "S": 100, "T": 256}]))
     assert bind(k, aligned).kernel is k  # 16 bytes serves it: auto stays TMA

@@ -70,7 +70,7 @@ def test_cache_key_ignores_which_ucut_file_the_kernel_came_from():
     """One kernel reached through two paths (an installed problem's kernel.ucut and the repository's copy)
     is one cache entry: the provenance comment is not part of the key, the code is."""
     from ucutlass.codegen import render
-    from ucutlass.dsl import parse_file
+    from ucutlass.lang import parse_file
 
     kernel = parse_file(Path(__file__).parent / "kernels" / "stream_k.ucut").kernel()
     a, b = render(kernel, "/site-packages/problems/x/kernel.ucut"), render(kernel, "problems/x/kernel.ucut")

@@ -185,9 +185,9 @@ def test_tune_dry_run_shows_space_and_sol(capsys):
     assert rc == 0
     assert "legal under the sm90 rules: 116" in out and "T_SOL" in out
     # T_SOL as `ucutlass sol` writes it: microseconds below 1 ms
-    from ucutlass.sol.report import _time
+    from ucutlass.sol.report import format_time
 
-    assert _time(0.00055) == "0.55 µs" and "T_SOL 7.32 µs" in out and " ms\n" not in out
+    assert format_time(0.00055) == "0.55 µs" and "T_SOL 7.32 µs" in out and " ms\n" not in out
 
 
 def test_tune_problem_without_spec(capsys, sol_execbench_dir):

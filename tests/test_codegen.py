@@ -10,7 +10,7 @@ import re
 import pytest
 
 from ucutlass import codegen
-from ucutlass.dsl import parse
+from ucutlass.lang import parse
 from ucutlass.errors import CheckError
 
 EVT_FULL = """
@@ -150,7 +150,7 @@ def test_template_has_no_undefined_holes(monkeypatch):
     values = codegen.template_values(parse(EVT_FULL).kernel())
     values.pop("tile_scheduler")
     with pytest.raises(jinja2.UndefinedError):
-        codegen._environment().get_template("sm90_gemm.cu.j2").render(**values)
+        codegen.environment().get_template("sm90_gemm.cu.j2").render(**values)
 
 
 # --- sm100 (Blackwell) -----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ucutlass.build import build_kernels
-from ucutlass.dsl import parse_file
+from ucutlass.lang import parse_file
 from ucutlass.runtime import CompiledKernel
 
 KERNELS = Path(__file__).parent / "kernels"

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ucutlass import dsl, runtime
+from ucutlass import arch, lang, runtime
 from ucutlass.bind import bind
 from ucutlass.cli import main
 from ucutlass.codegen import abi_of, render
-from ucutlass.dispatch import (LOADER, describe, dispatch_callable, dispatch_solution, kernel_block, pick,
-                               render_dispatch)
+from ucutlass.dispatch import LOADER, describe, dispatch_callable, dispatch_solution, pick
+from ucutlass.lang import kernel_block, render_dispatch
 from ucutlass.errors import KernelRuntimeError, UcutSyntaxError
 from ucutlass.problem import find_problem
 
@@ -49,9 +49,9 @@ kernel large : gemm {{
 def diagnostic(text: str, code: str):
     """The first diagnostic with ``code`` that parsing ``text`` raises (every one carries a known code)."""
     with pytest.raises(UcutSyntaxError) as info:
-        dsl.parse(text, "t.ucut")
+        lang.parse(text, "t.ucut")
     diags = info.value.diagnostics
-    assert all(d.code in dsl.ERROR_CODES and d.pos.file == "t.ucut" for d in diags), diags
+    assert all(d.code in lang.ERROR_CODES and d.pos.file == "t.ucut" for d in diags), diags
     found = [d for d in diags if d.code == code]
     assert found, "\n".join(d.format() for d in diags)
     return found[0]
@@ -60,24 +60,24 @@ def diagnostic(text: str, code: str):
 # --- the language ------------------------------------------------------------------------------------------
 
 def test_when_lowers_into_the_kernels_and_dispatch_lists_them_in_file_order():
-    program = dsl.parse(DISPATCH, "d.ucut")
+    program = lang.parse(DISPATCH, "d.ucut")
     chain = program.dispatch()
     assert [(k.name, k.when) for k in chain] == [("decode", ("M", 64)), ("mid", ("M", 1024)), ("large", None)]
     assert chain == program.kernels
     pos = chain[0].setting_pos["when"]
     assert (pos.line, pos.column) == (1, 22) and DISPATCH[pos.start:pos.end] == "when M <= 64"
-    assert dsl.check(program) == []  # every kernel passes the sm90 rules
+    assert arch.check(program) == []  # every kernel passes the sm90 rules
 
 
 def test_a_program_without_when_is_no_dispatch():
-    assert dsl.parse(SPEC.read_text()).dispatch() == ()
-    assert dsl.parse(DISPATCH.replace(" when M <= 64", "").replace(" when M <= 1024", "")
+    assert lang.parse(SPEC.read_text()).dispatch() == ()
+    assert lang.parse(DISPATCH.replace(" when M <= 64", "").replace(" when M <= 1024", "")
                      .replace("kernel mid", "kernel mid2")).dispatch() == ()
 
 
 def test_when_changes_neither_the_digest_nor_the_rendered_code():
     """With every setting written, a kernel's when only says which calls it serves: the build is the same."""
-    decode = dsl.parse(DISPATCH.replace("schedule = pingpong", "schedule = pingpong swap_ab = false")).kernel("decode")
+    decode = lang.parse(DISPATCH.replace("schedule = pingpong", "schedule = pingpong swap_ab = false")).kernel("decode")
     alone = dataclasses.replace(decode, when=None)
     assert decode == alone
     assert decode.digest() == alone.digest() and decode.build_digest() == alone.build_digest()
@@ -90,7 +90,7 @@ def test_swap_ab_auto_swaps_a_kernel_for_small_m_only():
     changes the code, and the built kernel's identity (arch.canonical, ucut_info's digest) tells the two apart."""
     from ucutlass import arch
 
-    program = dsl.parse(DISPATCH)
+    program = lang.parse(DISPATCH)
     decode, mid, large = program.dispatch()
     assert decode.swap_ab is None and [arch.resolve_swap_ab(k) for k in (decode, mid, large)] == [True, False, False]
     alone = dataclasses.replace(decode, when=None)
@@ -105,17 +105,17 @@ def test_swap_ab_auto_swaps_a_kernel_for_small_m_only():
 
 def test_dispatch_kernels_may_differ_in_every_setting():
     text = DISPATCH.replace("scheduler = stream_k", "split_k = 1 raster = along_n swizzle = 2 stages = 3")
-    assert [k.when for k in dsl.parse(text).dispatch()] == [("M", 64), ("M", 1024), None]
+    assert [k.when for k in lang.parse(text).dispatch()] == [("M", 64), ("M", 1024), None]
     n_only = DISPATCH.replace("when M <= 64", "when N <= 256").replace("when M <= 1024", "when N <= 1024")
-    assert [k.when for k in dsl.parse(n_only).dispatch()] == [("N", 256), ("N", 1024), None]
+    assert [k.when for k in lang.parse(n_only).dispatch()] == [("N", 256), ("N", 1024), None]
 
 
 def test_when_is_a_keyword_only_in_a_kernel_header():
     """The contextual lexer reads `when` as a name wherever a name is expected: a kernel or input may be called so."""
-    program = dsl.parse("kernel when : gemm { a : bf16[M, K] row   b : bf16[N, K] row   d : bf16[M, N] row\n"
+    program = lang.parse("kernel when : gemm { a : bf16[M, K] row   b : bf16[N, K] row   d : bf16[M, N] row\n"
                         "  epilogue { when : bf16[N]   d = acc + when } }")
     assert program.kernel().name == "when" and program.kernel().epilogue_inputs[0].name == "when"
-    assert "when" in dsl.KEYWORDS
+    assert "when" in lang.KEYWORDS
 
 
 @pytest.mark.parametrize("old,new,code,line,col,message", [
@@ -206,7 +206,7 @@ def test_dispatch_callable_runs_the_kernel_of_each_shape_and_caches_the_choice()
 
 
 def test_describe_names_the_chain_and_the_workloads_each_kernel_serves():
-    chain = dsl.parse(DISPATCH).dispatch()
+    chain = lang.parse(DISPATCH).dispatch()
     assert describe(chain) == "dispatch on M: decode (M ≤ 64), mid (M ≤ 1024), large"
     extents = [{"M": m} for m in (1, 8, 64, 65, 4096)]
     assert describe(chain, extents) == ("dispatch on M: decode (M ≤ 64; 3 workloads), mid (M ≤ 1024; 1 workload), "
@@ -216,7 +216,7 @@ def test_describe_names_the_chain_and_the_workloads_each_kernel_serves():
 # --- writing a dispatch program ------------------------------------------------------------------------------
 
 def test_render_dispatch_round_trips_tuned_kernels():
-    spec = dsl.parse_file(SPEC)
+    spec = lang.parse_file(SPEC)
     picks = [{"tile": "64x128x64", "cluster": "1x1x1", "schedule": "pingpong", "scheduler": "persistent",
               "split_k": "1"},
              {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "scheduler": "stream_k",
@@ -229,7 +229,7 @@ def test_render_dispatch_round_trips_tuned_kernels():
     assert blocks[0][0].startswith("kernel o_proj : gemm {") and blocks[0][0].endswith("}")
     text = render_dispatch(blocks)
     assert "kernel decode : gemm when M <= 64 {" in text and "kernel large : gemm {" in text
-    chain = dsl.parse(text).dispatch()
+    chain = lang.parse(text).dispatch()
     assert [(k.name, k.when) for k in chain] == [("decode", ("M", 64)), ("mid", ("M", 1024)), ("large", None)]
     for k, t in zip(chain, tuned):
         assert dataclasses.replace(k, name="o_proj") == t.kernel()  # the same kernel but for its name (and when)
@@ -334,7 +334,7 @@ def test_load_solution_refuses_an_incomplete_dispatch_payload(fake_kernels):
 
 def test_binding_modes_fold_leading_dims_and_read_sliced_views():
     torch = pytest.importorskip("torch")
-    binding = bind(dsl.parse(DISPATCH).kernel("large"), find_problem(PROBLEM))
+    binding = bind(lang.parse(DISPATCH).kernel("large"), find_problem(PROBLEM))
     fake = FakeKernel("/k/large.so", binding.kernel)
     run = binding.callable(fake)
     bf16 = torch.bfloat16
@@ -355,7 +355,7 @@ def test_check_reports_the_chain_and_the_workloads_of_each_kernel(capsys, tmp_pa
     assert f"{path}: dispatch on M: decode (M ≤ 64), mid (M ≤ 1024), large" in out
     assert main(["check", str(path), "--problem", PROBLEM]) == 0
     out = capsys.readouterr().out
-    workloads = [binding_m for binding_m in (bind(dsl.parse(DISPATCH).kernel("large"), find_problem(PROBLEM))
+    workloads = [binding_m for binding_m in (bind(lang.parse(DISPATCH).kernel("large"), find_problem(PROBLEM))
                                              .extents(w)["M"] for w in find_problem(PROBLEM).workloads)]
     n = [sum(m <= 64 for m in workloads), sum(64 < m <= 1024 for m in workloads), sum(m > 1024 for m in workloads)]
     assert all(n)
@@ -416,7 +416,7 @@ def test_when_on_an_attention_kernel_gets_one_error_not_a_cascade():
     text = ("kernel attn : attention when Sq <= 64 { q : bf16[B, Sq, Hq, 64]   k : bf16[B, Sk, Hkv, 64]   "
             "v : bf16[B, Sk, Hkv, 64]   o : bf16[B, Sq, Hq, 64] }\n")
     with pytest.raises(UcutSyntaxError) as info:
-        dsl.parse(text, "t.ucut")
+        lang.parse(text, "t.ucut")
     codes = [d.code for d in info.value.diagnostics]
     assert set(codes) == {"bad-when"}, [d.format() for d in info.value.diagnostics]
     assert any("only gemm kernels take when" in d.message for d in info.value.diagnostics)

@@ -13,7 +13,7 @@ from gpu_build import poisoned, randn, rel_err  # tests/ is on sys.path for its 
 from ucutlass.bind import bind
 from ucutlass.build import build_kernels
 from ucutlass.dispatch import dispatch_solution
-from ucutlass.dsl import parse
+from ucutlass.lang import parse
 from ucutlass.problem import find_problem
 from ucutlass.runtime import load_solution
 

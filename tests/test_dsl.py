@@ -1,13 +1,15 @@
-"""ucutlass.dsl: parsing every construct, lowering into the exact IR, diagnostics, resolve round-trip, check."""
+"""ucutlass.lang: parsing every construct, lowering into the exact IR, diagnostics, resolve round-trip, check."""
 
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
-from ucutlass import dsl
-from ucutlass.errors import Diagnostic, UcutSyntaxError
+from ucutlass import arch, lang
+from ucutlass.lang import syntax
+from ucutlass.errors import Diagnostic, UcutSyntaxError, did_you_mean
 from ucutlass.ir import (Acc, Binary, Choice, Const, DType, EpilogueInput, EpilogueInputKind, GemmKernel, Layout,
                          Operand, RasterOrder, ReductionMode, Ref, Schedule, Src, Target, TileScheduler, Unary, UNARY_OPS)
 
@@ -36,12 +38,14 @@ kernel up_proj : gemm {
 ABD = "a : bf16[M, K] row   b : bf16[N, K] row   d : bf16[M, N] row"
 
 
+REPO = Path(__file__).resolve().parent.parent
+
 def gemm(body: str = "", operands: str = ABD, name: str = "k") -> str:
     return f"kernel {name} : gemm {{\n  {operands}\n  {body}\n}}\n"
 
 
 def kernel_of(body: str = "", operands: str = ABD) -> GemmKernel:
-    return dsl.parse(gemm(body, operands)).kernel()
+    return lang.parse(gemm(body, operands)).kernel()
 
 
 def epilogue_of(epi: str, decls: str = "") -> GemmKernel:
@@ -50,10 +54,10 @@ def epilogue_of(epi: str, decls: str = "") -> GemmKernel:
 
 def diagnostics(text: str) -> tuple[Diagnostic, ...]:
     with pytest.raises(UcutSyntaxError) as info:
-        dsl.parse(text, "t.ucut")
+        lang.parse(text, "t.ucut")
     diags = info.value.diagnostics
     for d in diags:
-        assert d.code in dsl.ERROR_CODES, d
+        assert d.code in lang.ERROR_CODES, d
         assert d.pos.file == "t.ucut"
     return diags
 
@@ -68,7 +72,7 @@ def diagnostic(text: str, code: str) -> Diagnostic:
 # --- parsing and lowering ----------------------------------------------------------------------------------
 
 def test_full_example_lowers_to_the_exact_ir():
-    program = dsl.parse(FULL, "up.ucut")
+    program = lang.parse(FULL, "up.ucut")
     expected = GemmKernel(
         name="up_proj", target=Target.sm90,
         a=Operand("a", DType.bf16, ("M", "K"), Layout.row, "hidden_states"),
@@ -100,7 +104,7 @@ def test_defaults_fill_every_absent_setting():
     assert k.c is None and k.epilogue == Acc() and k.epilogue_inputs == ()
     assert k.a.binding is None and k.a.layout is Layout.row
     assert k.is_concrete()
-    assert dsl.DEFAULTS == {"target": Target.sm90, "accum": DType.f32, "tile": (128, 128, 64),
+    assert lang.DEFAULTS == {"target": Target.sm90, "accum": DType.f32, "tile": (128, 128, 64),
                             "cluster": (1, 1, 1), "schedule": Schedule.auto, "stages": None,
                             "scheduler": TileScheduler.persistent, "split_k": 1, "raster": RasterOrder.auto,
                             "swizzle": 1, "reduction_mode": ReductionMode.deterministic, "alignment": None,
@@ -119,12 +123,12 @@ def test_newlines_are_not_significant_and_comments_are_ignored():
                "schedule = pingpong }"
     spread = "kernel k\n:\ngemm # c\n{\na\n:\nbf16\n[\nM\n,\nK\n]\nrow # x\nb : bf16[N, K]\nd : bf16[M, N]\n" \
              "tile\n=\n64x128x64 schedule = pingpong\n}\n# end"
-    assert dsl.parse(one_line).kernels == dsl.parse(spread).kernels
+    assert lang.parse(one_line).kernels == lang.parse(spread).kernels
 
 
 def test_empty_program_and_several_kernels():
-    assert dsl.parse("# nothing\n").kernels == ()
-    program = dsl.parse(gemm(name="one") + gemm("tile = 64x128x64", name="two"))
+    assert lang.parse("# nothing\n").kernels == ()
+    program = lang.parse(gemm(name="one") + gemm("tile = 64x128x64", name="two"))
     assert [k.name for k in program.kernels] == ["one", "two"]
     assert program.kernel("two").tile == (64, 128, 64)
 
@@ -208,7 +212,7 @@ def test_choices_are_typed_in_every_setting_and_operand():
 
 
 def test_choice_positions_cover_the_braces():
-    program = dsl.parse(FULL)
+    program = lang.parse(FULL)
     for choice in program.choices().values():
         text = FULL[choice.pos.start:choice.pos.end]
         assert text.startswith("{") and text.endswith("}")
@@ -216,7 +220,7 @@ def test_choice_positions_cover_the_braces():
 
 
 def test_setting_pos_points_at_each_value():
-    k = dsl.parse(FULL, "up.ucut").kernel()
+    k = lang.parse(FULL, "up.ucut").kernel()
     lines = {key: pos.line for key, pos in k.setting_pos.items()}
     assert lines == {"target": 3, "a.dtype": 4, "a.layout": 4, "b.dtype": 5, "b.layout": 5, "d.dtype": 6,
                      "d.layout": 6, "accum": 7, "tile": 8, "cluster": 9, "schedule": 10, "stages": 11,
@@ -228,30 +232,30 @@ def test_setting_pos_points_at_each_value():
 def test_parse_file_names_the_file(tmp_path):
     path = tmp_path / "up.ucut"
     path.write_text(FULL)
-    program = dsl.parse_file(path)
+    program = lang.parse_file(path)
     assert program.file == str(path) and program.kernel().pos.file == str(path)
     path.write_text(FULL.replace("bf16[N, K]", "bf17[N, K]"))
     with pytest.raises(UcutSyntaxError) as info:
-        dsl.parse_file(path)
+        lang.parse_file(path)
     assert info.value.diagnostics[0].pos.file == str(path)
     assert str(info.value).startswith(f"{path}:5:7: error: unknown dtype 'bf17'")
 
 
 def test_parser_is_built_once_from_package_data():
-    assert dsl._parser() is dsl._parser()
-    assert dsl._parser().options.parser == "lalr"
+    assert syntax.parser() is syntax.parser()
+    assert syntax.parser().options.parser == "lalr"
 
 
 # --- resolve round-trip ------------------------------------------------------------------------------------
 
 def test_resolve_round_trip_of_every_combination():
-    program = dsl.parse(FULL)
+    program = lang.parse(FULL)
     choices = program.choices()
     for combo in itertools.product(*(c.spellings for c in choices.values())):
         picks = dict(zip(choices, combo))
         resolved = program.resolve(picks)
         assert resolved.is_concrete()
-        reparsed = dsl.parse(resolved.source)
+        reparsed = lang.parse(resolved.source)
         assert reparsed.kernels == resolved.kernels
         assert "# comments with '#'" in resolved.source
 
@@ -259,13 +263,13 @@ def test_resolve_round_trip_of_every_combination():
 def test_resolve_round_trip_with_operand_choices_and_partial_picks():
     text = gemm("tile = {128x128x64, 64x128x64}   stages = {auto, 4}",
                 operands="a : {bf16, f16}[M, K] {row, col}  b : {bf16, f16}[N, K] row  d : bf16[M, N] row")
-    program = dsl.parse(text)
+    program = lang.parse(text)
     partial = program.resolve({"k.a.layout": Layout.col, "k.stages": 4})
     assert set(partial.choices()) == {"k.tile", "k.a.dtype", "k.b.dtype"}
-    assert dsl.parse(partial.source).kernels == partial.kernels
+    assert lang.parse(partial.source).kernels == partial.kernels
     # the remaining choices' offsets refer to the original text: resolve the re-parsed program
-    full = dsl.parse(partial.source).resolve({"k.tile": (64, 128, 64), "k.a.dtype": "f16", "k.b.dtype": "f16"})
-    assert dsl.parse(full.source).kernels == full.kernels
+    full = lang.parse(partial.source).resolve({"k.tile": (64, 128, 64), "k.a.dtype": "f16", "k.b.dtype": "f16"})
+    assert lang.parse(full.source).kernels == full.kernels
     k = full.kernel()
     assert (k.tile, k.stages, k.a.dtype, k.a.layout) == ((64, 128, 64), 4, DType.f16, Layout.col)
     assert "a : f16[M, K] col" in full.source
@@ -275,7 +279,7 @@ def test_resolve_round_trip_with_operand_choices_and_partial_picks():
 
 def test_syntax_error_missing_closing_brace():
     with pytest.raises(UcutSyntaxError) as info:
-        dsl.parse(FULL.rstrip().rstrip("}"), "t.ucut")
+        lang.parse(FULL.rstrip().rstrip("}"), "t.ucut")
     (d,) = info.value.diagnostics
     assert d.code == "syntax" and d.valid == ("}",)
     assert "'}'" in d.message and (d.pos.line, d.pos.column) == (18, 4)
@@ -285,7 +289,7 @@ def test_syntax_error_missing_closing_brace():
 
 def test_syntax_error_bad_character_has_position_and_context():
     with pytest.raises(UcutSyntaxError) as info:
-        dsl.parse(gemm("tile = 128x128x64 @"), "t.ucut")
+        lang.parse(gemm("tile = 128x128x64 @"), "t.ucut")
     (d,) = info.value.diagnostics
     assert d.code == "syntax" and (d.pos.line, d.pos.column) == (3, 21)
     assert "unexpected character '@'" in d.message and "expected" in d.message
@@ -296,7 +300,7 @@ def test_every_lowering_error_shows_its_own_line_and_caret():
     text = ("kernel g : gemm {\n  target = sm90\n  a : bf16[M, K]\n  b : bf16[K, N]\n  d : bf16[M, N]\n"
             "  tile = 128x128x64\n  schedule = pingpng\n  stages = lots\n}\n")
     with pytest.raises(UcutSyntaxError) as info:
-        dsl.parse(text, "t.ucut")
+        lang.parse(text, "t.ucut")
     lines = info.value.format().splitlines()
     assert [d.pos.line for d in info.value.diagnostics] == [7, 8]
     assert lines[0].startswith("t.ucut:7:14: error: schedule = pingpng")
@@ -341,22 +345,22 @@ def test_unknown_setting_with_suggestion():
 
 def test_unknown_dtype():
     d = diagnostic(gemm(operands="a : bf32[M, K]  b : bf16[N, K]  d : bf16[M, N]"), "unknown-dtype")
-    assert (d.pos.line, d.pos.column) == (2, 7) and d.valid == dsl.OPERAND_DTYPES
+    assert (d.pos.line, d.pos.column) == (2, 7) and d.valid == lang.OPERAND_DTYPES
     assert d.valid[:3] == ("bf16", "f16", "f32") and "f8e4m3" in d.valid
     assert "ue8m0" not in d.valid and "ue4m3" not in d.valid  # scale-only dtypes are listed for scales
-    assert diagnostic(gemm("accum = fp32"), "unknown-dtype").valid == dsl.DTYPES
+    assert diagnostic(gemm("accum = fp32"), "unknown-dtype").valid == lang.DTYPES
     assert diagnostic(gemm("epilogue { s : i8[N] d = acc + s }"), "unknown-dtype").pos.line == 3
 
 
 def test_schedule_suggests_the_abbreviated_name_and_lists_the_targets_schedules_first():
     d = diagnostic(gemm("schedule = coop"), "bad-value")
     assert "did you mean 'cooperative'?" in d.message
-    assert d.valid[:4] == ("auto", "cooperative", "pingpong", "warpspecialized") and len(d.valid) == len(dsl.SCHEDULES)
+    assert d.valid[:4] == ("auto", "cooperative", "pingpong", "warpspecialized") and len(d.valid) == len(lang.SCHEDULES)
     d = diagnostic(gemm("schedule = warpspec  target = sm100"), "bad-value")  # the target written after
     assert "did you mean 'warpspecialized_1sm'?" in d.message
     assert d.valid[:3] == ("auto", "warpspecialized_1sm", "warpspecialized_2sm")
-    assert diagnostic(gemm("schedule = coop  target = {sm90, sm100}"), "bad-value").valid[:3] == dsl.SCHEDULES[:3]
-    assert dsl._did_you_mean("pi", ["pingpong"]) == ""  # two letters are too few to abbreviate
+    assert diagnostic(gemm("schedule = coop  target = {sm90, sm100}"), "bad-value").valid[:3] == lang.SCHEDULES[:3]
+    assert did_you_mean("pi", ["pingpong"]) == ""  # two letters are too few to abbreviate
 
 
 def test_unknown_activation():
@@ -454,9 +458,9 @@ def test_bad_values():
     assert diagnostic(gemm("cluster = 0x1x1"), "bad-value")
     assert diagnostic(gemm("tile = cooperative"), "bad-value")
     d = diagnostic(gemm("schedule = coop"), "bad-value")
-    assert sorted(d.valid) == sorted(dsl.SCHEDULES)  # sm90's first
+    assert sorted(d.valid) == sorted(lang.SCHEDULES)  # sm90's first
     assert diagnostic(gemm("stages = 2.5"), "bad-value").valid[0] == "auto"
-    assert diagnostic(gemm("scheduler = streamk"), "bad-value").valid == dsl.SCHEDULERS
+    assert diagnostic(gemm("scheduler = streamk"), "bad-value").valid == lang.SCHEDULERS
     assert diagnostic(gemm("target = sm80"), "bad-value").valid == ("sm90", "sm100")
     assert diagnostic(gemm(operands="a : bf16[M, K] {row, diag}  b : bf16[N, K]  d : bf16[M, N]"),
                       "bad-layout").valid == ("row", "col")
@@ -479,7 +483,7 @@ def test_several_errors_are_reported_at_once_in_source_order():
     text = gemm("tiles = 1x1x1\n  schedule = fast\n  epilogue { d = gelu_tan(acc) }",
                 operands="a : bf17[M, K]  b : bf16[N, K]  d : bf16[M, N]")
     with pytest.raises(UcutSyntaxError) as info:
-        dsl.parse(text, "t.ucut")
+        lang.parse(text, "t.ucut")
     codes = [d.code for d in info.value.diagnostics]
     assert codes == ["unknown-dtype", "unknown-setting", "bad-value", "unknown-function"]
     text = str(info.value)
@@ -490,16 +494,16 @@ def test_several_errors_are_reported_at_once_in_source_order():
 def test_visit_errors_are_wrapped(monkeypatch):
     def boom(self, meta, children):
         raise ValueError("boom")
-    monkeypatch.setattr(dsl._ToAst, "shape", boom)
+    monkeypatch.setattr(syntax.ToAst, "shape", boom)
     with pytest.raises(UcutSyntaxError) as info:
-        dsl.parse(gemm("tile = 128x128x64"), "t.ucut")
+        lang.parse(gemm("tile = 128x128x64"), "t.ucut")
     (d,) = info.value.diagnostics
     assert d.code == "syntax" and "boom" in d.message and d.pos.line == 3
 
 
 def test_errors_are_json_ready():
     with pytest.raises(UcutSyntaxError) as info:
-        dsl.parse(gemm("tiles = 1x1x1"), "t.ucut")
+        lang.parse(gemm("tiles = 1x1x1"), "t.ucut")
     record = info.value.diagnostics[0].to_json()
     assert record["code"] == "unknown-setting" and record["line"] == 3 and "tile" in record["valid"]
 
@@ -507,16 +511,16 @@ def test_errors_are_json_ready():
 # --- check and legal_combinations ---------------------------------------------------------------------------
 
 def test_check_concrete_kernel_and_program():
-    program = dsl.parse(gemm("tile = 128x256x64 cluster = 2x1x1 schedule = cooperative"))
-    assert dsl.check(program) == [] and dsl.check(program.kernel()) == []
-    bad = dsl.parse(gemm("tile = 64x128x64 schedule = cooperative"))
-    (d,) = dsl.check(bad)
+    program = lang.parse(gemm("tile = 128x256x64 cluster = 2x1x1 schedule = cooperative"))
+    assert arch.check(program) == [] and arch.check(program.kernel()) == []
+    bad = lang.parse(gemm("tile = 64x128x64 schedule = cooperative"))
+    (d,) = arch.check(bad)
     assert d.code == "sm90.cooperative-tile-m" and d.pos.line == 3
 
 
 def test_legal_combinations_counts():
     k = kernel_of("tile = {64x128x64, 128x128x64, 256x128x64} schedule = {cooperative, pingpong}")
-    legal, rejected = dsl.legal_combinations(k)
+    legal, rejected = arch.legal_combinations(k)
     assert len(legal) == 4 and len(rejected) == 2
     assert {(p["tile"][0], p["schedule"]) for p in legal} == {
         (128, Schedule.cooperative), (256, Schedule.cooperative), (64, Schedule.pingpong),
@@ -524,7 +528,7 @@ def test_legal_combinations_counts():
     assert [[d.code for d in errs] for _, errs in rejected] == [["sm90.cooperative-tile-m"],
                                                                 ["sm90.pingpong-tile-m"]]
     assert rejected[0][0] == {"tile": (64, 128, 64), "schedule": Schedule.cooperative}
-    (summary,) = dsl.check(k)
+    (summary,) = arch.check(k)
     assert summary.severity == "note" and summary.code == "choices"
     assert summary.message.startswith("4 of 6 combinations of the open choices (tile, schedule)")
     assert "sm90.cooperative-tile-m (1)" in summary.message
@@ -532,7 +536,7 @@ def test_legal_combinations_counts():
 
 def test_check_reports_rules_every_combination_breaks():
     k = kernel_of("tile = {64x128x64, 64x256x64} schedule = cooperative cluster = {1x1x1, 2x1x1}")
-    diags = dsl.check(k)
+    diags = arch.check(k)
     assert [d.code for d in diags] == ["sm90.cooperative-tile-m", "choices"]
     assert all(d.severity == "error" for d in diags)
     assert "every combination" in diags[0].message and diags[0].pos.line == 3
@@ -541,10 +545,10 @@ def test_check_reports_rules_every_combination_breaks():
 
 def test_check_reports_rule_errors_in_source_order():
     text = gemm("stages = 1\n  split_k = 2\n  tile = {128x128x64, 128x250x64}\n  schedule = cooperative")
-    diags = dsl.check(dsl.parse(text.replace("tile = {128x128x64, 128x250x64}", "tile = 128x128x64")))
+    diags = arch.check(lang.parse(text.replace("tile = {128x128x64, 128x250x64}", "tile = 128x128x64")))
     assert [d.code for d in diags] == ["sm90.stages-min", "sm90.split-k-scheduler"]  # the rules run the other way
     assert diags[0].pos.line < diags[1].pos.line
-    (dead,) = [d for d in dsl.check(dsl.parse(text.replace("split_k = 2", "").replace("stages = 1", "")))
+    (dead,) = [d for d in arch.check(lang.parse(text.replace("split_k = 2", "").replace("stages = 1", "")))
                if d.severity == "warning"]
     assert dead.code == "dead-option" and dead.message.startswith("tile = 128x250x64 is in no legal combination")
     assert dead.valid == ("128x128x64",)
@@ -552,11 +556,48 @@ def test_check_reports_rule_errors_in_source_order():
 
 def test_check_with_extents_and_concrete_kernel_has_one_combination():
     k = kernel_of()
-    assert dsl.legal_combinations(k) == ([{}], [])
-    diags = dsl.check(k, {"M": 4096, "N": 4096, "K": 4095})
+    assert arch.legal_combinations(k) == ([{}], [])
+    diags = arch.check(k, {"M": 4096, "N": 4096, "K": 4095})
     assert [d.code for d in diags] == ["sm90.align", "sm90.align"]
     choosy = kernel_of("tile = {128x128x64, 64x128x64}")
-    legal, rejected = dsl.legal_combinations(choosy, {"K": 4095})
+    legal, rejected = arch.legal_combinations(choosy, {"K": 4095})
     assert legal == [] and len(rejected) == 2
-    diags = dsl.check(choosy, {"K": 4095})
+    diags = arch.check(choosy, {"K": 4095})
     assert [(d.code, d.message[0]) for d in diags] == [("sm90.align", "a"), ("sm90.align", "b"), ("choices", "0")]
+
+
+def _positions(value, out=None):
+    """Every Pos in an IR value, in field order (positions do not take part in IR equality)."""
+    import dataclasses as dc
+
+    from ucutlass.ir import Pos
+
+    out = [] if out is None else out
+    if isinstance(value, Pos):
+        out.append(value)
+    elif dc.is_dataclass(value) and not isinstance(value, type):
+        for f in dc.fields(value):
+            _positions(getattr(value, f.name), out)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            _positions(v, out)
+    elif isinstance(value, dict):
+        for k in sorted(value):
+            _positions(value[k], out)
+    return out
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in (REPO / "examples").glob("*.ucut"))
+                         + sorted(str(p) for p in (REPO / "problems").glob("*/kernel.ucut")))
+def test_resolve_moves_positions_as_parsing_the_new_text_would(path):
+    """Program.resolve substitutes values in the IR (it does not parse again): the kernels and every position —
+    of the choices left open and of every setting, operand and statement after a resolved one — equal those of
+    parsing the resolved text. One choice of every two is picked (the last option), the others stay open."""
+    program = lang.parse_file(path)
+    keys = sorted(program.choices())
+    picks = {k: program.choices()[k].options[-1] for k in keys[::2]}
+    resolved = program.resolve(picks)
+    again = lang.parse(resolved.source, program.file)
+    assert resolved.kernels == again.kernels
+    assert _positions(resolved.kernels) == _positions(again.kernels)
+    assert sorted(resolved.choices()) == sorted(set(keys) - set(picks))

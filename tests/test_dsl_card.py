@@ -1,4 +1,4 @@
-"""The card (docs/DSL.md) teaches the whole language: every word of the grammar and of the dsl tables
+"""The card (docs/DSL.md) teaches the whole language: every word of the grammar and of the lang tables
 appears in it, every ```ucut example in it parses and checks, and it stays short enough for a prompt.
 The shipped examples/*.ucut parse and check too."""
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ucutlass import dsl
+from ucutlass import arch, lang
+from ucutlass.lang import syntax
 from ucutlass import arch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +30,7 @@ def test_card_is_short():
 
 
 def test_every_string_terminal_of_the_grammar_is_in_the_card():
-    literals = [t.pattern.value for t in dsl._parser().terminals if t.pattern.type == "str"]
+    literals = [t.pattern.value for t in syntax.parser().terminals if t.pattern.type == "str"]
     assert {"kernel", "epilogue", "row", "col", "<-", "->", "{", "}"} <= set(literals)
     missing = [w for w in literals if not _mentioned(w)]
     assert not missing, missing
@@ -38,13 +39,13 @@ def test_every_string_terminal_of_the_grammar_is_in_the_card():
 @pytest.mark.parametrize("table", ["FAMILIES", "TARGETS", "DTYPES", "LAYOUTS", "SCHEDULES", "SCHEDULERS",
                                    "ACTIVATIONS", "KEYWORDS", "SETTINGS", "OPERAND_DIMS", "ERROR_CODES"])
 def test_every_word_of_the_dsl_tables_is_in_the_card(table):
-    words = list(getattr(dsl, table))
+    words = list(getattr(lang, table))
     missing = [w for w in words if not _mentioned(w)]
     assert not missing, (table, missing)
 
 
 def test_every_setting_default_and_rule_is_in_the_card():
-    for spec in dsl.SETTINGS.values():
+    for spec in lang.SETTINGS.values():
         assert re.search(rf"\| `{spec.name}` \|.*\| `{re.escape(spec.default)}` \|", CARD), spec.name
     missing = [code for code in arch.RULES if f"`{code}`" not in CARD]
     assert not missing, missing
@@ -56,9 +57,9 @@ def test_card_has_examples():
 
 @pytest.mark.parametrize("index", range(len(EXAMPLES)))
 def test_every_card_example_parses_and_checks(index):
-    program = dsl.parse(EXAMPLES[index], f"DSL.md example {index}")
+    program = lang.parse(EXAMPLES[index], f"DSL.md example {index}")
     assert program.kernels
-    errors = [d.format() for d in dsl.check(program) if d.severity == "error"]
+    errors = [d.format() for d in arch.check(program) if d.severity == "error"]
     assert not errors, errors
 
 
@@ -73,14 +74,14 @@ def test_there_are_example_files():
 def test_example_files_parse_and_have_legal_combinations(path):
     """Examples parse and check; a search space may hold illegal combinations (the tuner prunes them,
     flashinfer_gemm_f16.ucut shows that), but each rejection names its rule."""
-    program = dsl.parse_file(path)
+    program = lang.parse_file(path)
     assert program.kernels
-    assert not [d.format() for d in dsl.check(program) if d.severity == "error"]
+    assert not [d.format() for d in arch.check(program) if d.severity == "error"]
     for kernel in program.kernels:
-        legal, rejected = dsl.legal_combinations(kernel, {"M": 4096, "N": 4096, "K": 4096})
+        legal, rejected = arch.legal_combinations(kernel, {"M": 4096, "N": 4096, "K": 4096})
         assert legal
         assert all(diags and all(d.code in arch.RULES for d in diags) for _, diags in rejected)
         picks = {f"{kernel.name}.{key}": value for key, value in legal[0].items()}
-        concrete = dsl.parse(program.resolve(picks).source)
+        concrete = lang.parse(program.resolve(picks).source)
         assert concrete.kernel(kernel.name).is_concrete()
-        assert dsl.check(concrete.kernel(kernel.name)) == []
+        assert arch.check(concrete.kernel(kernel.name)) == []

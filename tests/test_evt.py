@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ucutlass import codegen, dsl, ir
+from ucutlass import arch, codegen, ir, lang
 from ucutlass.arch import sm90, sm100
-from ucutlass.dsl import parse, parse_file
+from ucutlass.lang import parse, parse_file
 from ucutlass.errors import UcutSyntaxError
 
 KERNELS = Path(__file__).parent / "kernels"
@@ -222,9 +222,9 @@ def test_smem_model_matches_sizeof_with_extra_outputs(name, sm100_settings, epi,
 
 def test_an_extra_output_is_stored_by_tma_and_must_be_16_byte_aligned():
     k = kernel_of(with_epilogue("z : f32[M, N] col -> z_out\n z = acc\n d = z"))
-    diags = [d for d in dsl.check(k, {"M": 77, "N": 256, "K": 64}) if d.code.endswith(".align")]
+    diags = [d for d in arch.check(k, {"M": 77, "N": 256, "K": 64}) if d.code.endswith(".align")]
     assert len(diags) == 1 and "z" in diags[0].message  # z is M-contiguous: 77 f32 is not 16 bytes
-    assert dsl.check(k, {"M": 80, "N": 256, "K": 64}) == []
+    assert arch.check(k, {"M": 80, "N": 256, "K": 64}) == []
 
 
 def _problem(tmp_path: Path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpu_build import build_and_load, poisoned, randn, rel_err  # tests/ is on sys.path for its own modules
-from ucutlass.dsl import parse_file
+from ucutlass.lang import parse_file
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ucutlass import arch, codegen, dsl
+from ucutlass import arch, codegen, lang
 from ucutlass.arch import sm90, sm100
 from ucutlass.errors import CheckError, UcutSyntaxError
 from ucutlass.ir import DType, Layout, Schedule
@@ -25,7 +25,7 @@ NVFP4 = ("target = sm100  a : e2m1[M, K] row  b : e2m1[N, K] row  d : bf16[M, N]
 
 
 def kernel(body: str, name: str = "k"):
-    return dsl.parse(f"kernel {name} : gemm {{\n{body}\n}}", "k.ucut").kernel()
+    return lang.parse(f"kernel {name} : gemm {{\n{body}\n}}", "k.ucut").kernel()
 
 
 def codes(k, extents=None):
@@ -235,7 +235,7 @@ def test_block_scaled_format_and_smem():
 # --- rendering ---------------------------------------------------------------------------------------------
 
 def test_blockwise_renders_cutlass_blockwise_mainloop():
-    k = dsl.parse_file(KERNELS / "fp8_blockwise.ucut").kernel()
+    k = lang.parse_file(KERNELS / "fp8_blockwise.ucut").kernel()
     v = codegen.template_values(k)
     assert v["kernel_schedule"] == "cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum"
     assert v["sf_granularity"] == [1, 128, 128] and v["sfa_major"] == "K" and v["sfb_major"] == "K"
@@ -257,7 +257,7 @@ def test_mn_major_scale_renders_mn_major_config():
 
 
 def test_per_tensor_scales_render_one_scalar_broadcast_of_two_pointers():
-    k = dsl.parse_file(KERNELS / "fp8_tensor.ucut").kernel()
+    k = lang.parse_file(KERNELS / "fp8_tensor.ucut").kernel()
     src = codegen.render(k)
     assert "fusion::Sm90ScalarBroadcast<ElementCompute, Stride<_0, _0, int64_t>, 2>" in src
     assert "{ { 1.0f, 1.0f }, { static_cast<ElementCompute const*>(ptrs[3]), static_cast<ElementCompute const*>(ptrs[4]) }, {} }" in src
@@ -266,7 +266,7 @@ def test_per_tensor_scales_render_one_scalar_broadcast_of_two_pointers():
 
 
 def test_fastaccum_renders_its_schedule():
-    k = dsl.parse_file(KERNELS / "fp8_fastaccum.ucut").kernel()
+    k = lang.parse_file(KERNELS / "fp8_fastaccum.ucut").kernel()
     v = codegen.template_values(k)
     assert v["kernel_schedule"] == "cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum"
     assert v["epilogue_schedule"] == "cutlass::epilogue::TmaWarpSpecialized"
@@ -280,7 +280,7 @@ def test_fastaccum_renders_its_schedule():
      "cutlass::float_ue8m0_t"),
 ])
 def test_sm100_block_scaled_renders(file, schedule, pair, sf):
-    k = dsl.parse_file(KERNELS / file).kernel()
+    k = lang.parse_file(KERNELS / file).kernel()
     v = codegen.template_values(k)
     assert v["kernel_schedule"] == f"cutlass::gemm::{schedule}" and v["element_pair_a"] == pair
     assert v["element_sf"] == sf and v["op_class"] == "cutlass::arch::OpClassBlockScaledTensorOp"
@@ -290,7 +290,7 @@ def test_sm100_block_scaled_renders(file, schedule, pair, sf):
 
 
 def test_plain_sm100_still_renders_tensor_op():
-    k = dsl.parse_file(KERNELS / "sm100_bias_gelu.ucut").kernel()
+    k = lang.parse_file(KERNELS / "sm100_bias_gelu.ucut").kernel()
     src = codegen.render(k)
     assert src.count("cutlass::arch::Sm100, cutlass::arch::OpClassTensorOp") == 2 and "ElementPairA" not in src
 
@@ -333,7 +333,7 @@ def test_blockwise_kernel_binds_to_a_deepseek_layout_problem(tmp_path):
     from ucutlass.problem import load_problem
 
     problem = load_problem(_fp8_problem(tmp_path / "fp8_linear"))
-    k = dsl.parse_file(KERNELS / "fp8_blockwise.ucut").kernel()
+    k = lang.parse_file(KERNELS / "fp8_blockwise.ucut").kernel()
     b = bind(k, problem)
     ext = b.extents(problem.workloads[1])
     assert (ext["M"], ext["N"], ext["K"], ext["K/128"], ext["N/128"]) == (1000, 7680, 7680, 60, 60)
@@ -351,7 +351,7 @@ def test_binding_a_scale_of_the_wrong_block_count_is_refused(tmp_path):
     problem_def["inputs"]["w_scale"]["shape"] = ["scale_n64", "scale_k"]
     (tmp_path / "fp8_linear" / "definition.json").write_text(json.dumps(problem_def))
     problem = load_problem(tmp_path / "fp8_linear")
-    k = dsl.parse_file(KERNELS / "fp8_blockwise.ucut").kernel()
+    k = lang.parse_file(KERNELS / "fp8_blockwise.ucut").kernel()
     with pytest.raises(CheckError) as e:
         bind(k, problem)
     assert [d.code for d in e.value.diagnostics] == ["bind-extent"] * 3  # one per workload
@@ -368,7 +368,7 @@ def compiled(tmp_path_factory):
     from ucutlass.build import build_kernels
 
     cache = tmp_path_factory.mktemp("fp8-cache")
-    kernels = [dsl.parse_file(KERNELS / name).kernel() for name in NVCC_KERNELS]
+    kernels = [lang.parse_file(KERNELS / name).kernel() for name in NVCC_KERNELS]
     results = build_kernels(kernels, jobs=2, root=cache, timeout_s=900)
     return dict(zip(NVCC_KERNELS, zip(kernels, results)))
 
@@ -394,7 +394,7 @@ def _checker(file):
     from ucutlass.runtime import CompiledKernel
 
     ck = CompiledKernel.__new__(CompiledKernel)  # only the argument checks, no shared object
-    ck.kernel = dsl.parse_file(KERNELS / file).kernel()
+    ck.kernel = lang.parse_file(KERNELS / file).kernel()
     return ck
 
 

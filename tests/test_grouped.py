@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ucutlass import codegen, dsl
+from ucutlass import arch, codegen, lang
 from ucutlass.arch import RULES, check_kernel, sm90_grouped
 from ucutlass.errors import CheckError, UcutSyntaxError
 from ucutlass.ir import GroupedGemmKernel, IndexType, Layout, Schedule
@@ -31,12 +31,12 @@ kernel experts : grouped_gemm {
 
 
 def grouped(settings: str = "", body: str | None = None) -> GroupedGemmKernel:
-    return dsl.parse(PLAIN % settings if body is None else body).kernel()
+    return lang.parse(PLAIN % settings if body is None else body).kernel()
 
 
 def codes(text: str) -> list[str]:
     with pytest.raises(UcutSyntaxError) as e:
-        dsl.parse(text)
+        lang.parse(text)
     return [d.code for d in e.value.diagnostics]
 
 
@@ -54,18 +54,18 @@ def test_grouped_kernel_lowers_with_its_group_operand():
     assert k.groups.name == "m_sizes" and k.groups.dtype is IndexType.i32 and k.groups.dims == ("G",)
     assert k.c is None and k.operands == (k.a, k.b, k.d)
     assert "_grouped_m_sizes_i32_" in k.config_name()
-    assert dsl.check(dsl.parse(PLAIN % "")) == []
+    assert arch.check(lang.parse(PLAIN % "")) == []
 
 
 def test_grouped_offsets_i64_and_k_by_n_weights():
-    k = dsl.parse(PLAIN.replace("m_sizes : i32[G]", "m_offsets : i64[G] <- offs")
+    k = lang.parse(PLAIN.replace("m_sizes : i32[G]", "m_offsets : i64[G] <- offs")
                   .replace("b : bf16[G, N, K] row", "b : bf16[G, K, N] row") % "").kernel()
     assert k.groups.name == "m_offsets" and k.groups.dtype is IndexType.i64 and k.groups.binding == "offs"
     assert k.b.dims == ("G", "K", "N")
 
 
 def test_grouped_and_plain_kernels_differ_in_digest():
-    plain = dsl.parse("kernel experts : gemm { a : bf16[M, K] row  b : bf16[N, K] row  d : bf16[M, N] row }").kernel()
+    plain = lang.parse("kernel experts : gemm { a : bf16[M, K] row  b : bf16[N, K] row  d : bf16[M, N] row }").kernel()
     assert grouped().digest() != plain.digest()
 
 
@@ -88,7 +88,7 @@ def test_grouped_language_errors(text, code):
 
 def test_grouped_group_dtype_error_lists_the_index_types():
     with pytest.raises(UcutSyntaxError) as e:
-        dsl.parse(PLAIN.replace("m_sizes : i32[G]", "m_sizes : i23[G]") % "")
+        lang.parse(PLAIN.replace("m_sizes : i32[G]", "m_sizes : i23[G]") % "")
     d = e.value.diagnostics[0]
     assert d.code == "unknown-dtype" and d.valid == ("i32", "i64") and "did you mean 'i32'" in d.message
     assert d.pos.line == 6
@@ -186,10 +186,10 @@ def test_grouped_alignment_rule_uses_n_and_k():
 
 
 def test_grouped_choices_are_counted():
-    prog = dsl.parse(PLAIN % "tile = {64x128x64, 128x128x64, 256x128x64}  schedule = {auto, cooperative, pingpong}")
-    note = dsl.check(prog)[-1]
+    prog = lang.parse(PLAIN % "tile = {64x128x64, 128x128x64, 256x128x64}  schedule = {auto, cooperative, pingpong}")
+    note = arch.check(prog)[-1]
     assert note.code == "choices" and note.severity == "note"
-    legal, rejected = dsl.legal_combinations(prog.kernel())
+    legal, rejected = arch.legal_combinations(prog.kernel())
     assert (len(legal), len(rejected)) == (7, 2)
     assert {e.code for _, errs in rejected for e in errs} == {"sm90.cooperative-tile-m", "sm90.pingpong-tile-m"}
 
@@ -198,14 +198,14 @@ def test_grouped_choices_are_counted():
 
 
 def test_grouped_abi_puts_the_group_operand_last():
-    k = dsl.parse_file(KERNELS / "grouped_epilogue.ucut").kernel()
+    k = lang.parse_file(KERNELS / "grouped_epilogue.ucut").kernel()
     abi = codegen.abi_of(k)
     assert abi.ptr_names == ("a", "b", "d", "bias", "shift", "w", "m_offsets")
     assert abi.scalar_names == ("alpha",) and abi.extents == ("M", "N", "K", "G")
 
 
 def test_grouped_render_plain():
-    k = dsl.parse_file(KERNELS / "grouped_plain.ucut").kernel()
+    k = lang.parse_file(KERNELS / "grouped_plain.ucut").kernel()
     src = codegen.render(k, "grouped_plain.ucut")
     for text in ("cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative",
                  "cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative",
@@ -220,7 +220,7 @@ def test_grouped_render_plain():
 
 
 def test_grouped_render_epilogue_nodes():
-    k = dsl.parse_file(KERNELS / "grouped_epilogue.ucut").kernel()
+    k = lang.parse_file(KERNELS / "grouped_epilogue.ucut").kernel()
     src = codegen.render(k)
     assert "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong" in src
     assert "using LayoutB = cutlass::layout::RowMajor;" in src  # b : [G, K, N] row
@@ -285,7 +285,7 @@ def test_grouped_binds_to_a_problem(tmp_path):
     from ucutlass.problem import load_problem
 
     problem = load_problem(_moe_problem(tmp_path))
-    binding = bind(dsl.parse(BOUND % "i32").kernel(), problem)
+    binding = bind(lang.parse(BOUND % "i32").kernel(), problem)
     assert binding.extents(problem.workloads[0]) == {"M": 64, "K": 256, "G": 8, "N": 512}
     assert [s.arg for s in binding.slots] == ["a", "b", "d", "m_sizes"]
 
@@ -296,7 +296,7 @@ def test_grouped_binding_checks_the_group_dtype(tmp_path):
 
     problem = load_problem(_moe_problem(tmp_path, "int64"))
     with pytest.raises(CheckError) as e:
-        bind(dsl.parse(BOUND % "i32").kernel(), problem)
+        bind(lang.parse(BOUND % "i32").kernel(), problem)
     assert [d.code for d in e.value.diagnostics] == ["bind-dtype"]
 
 
@@ -317,7 +317,7 @@ kernel grouped_sm100 : grouped_gemm {
 def compiled_grouped(tmp_path_factory):
     from ucutlass.build import build_kernels
 
-    kernels = [dsl.parse_file(KERNELS / "grouped_epilogue.ucut").kernel(), dsl.parse(SM100_GROUPED).kernel()]
+    kernels = [lang.parse_file(KERNELS / "grouped_epilogue.ucut").kernel(), lang.parse(SM100_GROUPED).kernel()]
     results = build_kernels(kernels, jobs=2, root=tmp_path_factory.mktemp("grouped-cache"), timeout_s=900)
     return dict(zip(("sm90", "sm100"), zip(kernels, results)))
 
@@ -350,14 +350,14 @@ def test_grouped_kernels_fit_the_moe_problems_expert_weights(sol_execbench_dir):
     from ucutlass.problem import load_problem
 
     problem = load_problem(sol_execbench_dir / "L1_044_moe_expert_computation")
-    k = dsl.parse_file(Path(__file__).resolve().parents[1] / "examples" / "moe_experts_grouped.ucut").kernel()
+    k = lang.parse_file(Path(__file__).resolve().parents[1] / "examples" / "moe_experts_grouped.ucut").kernel()
     legal_any = False
     for w in problem.workloads:
         axes = problem.resolve_axes(w)
         for weight in ("gate_proj_weights", "up_proj_weights", "down_proj_weights"):
             g, n, kk = problem.shape(problem.inputs[weight], axes)
             rows = axes["num_tokens"] * axes["num_experts_per_tok"]  # tokens x top-k, sorted by expert
-            legal, _ = dsl.legal_combinations(k, {"M": rows, "N": n, "K": kk, "G": g})
+            legal, _ = arch.legal_combinations(k, {"M": rows, "N": n, "K": kk, "G": g})
             assert legal, (w.label(), weight)
             legal_any = True
     assert legal_any

@@ -23,7 +23,7 @@ from pathlib import Path
 target = Path(sys.argv[1]).resolve()
 for mod in (ucutlass, ucutlass.search, ucutlass.grader):
     assert target in Path(mod.__file__).resolve().parents, (mod.__name__, mod.__file__)
-from ucutlass.dsl import parse
+from ucutlass.lang import parse
 from ucutlass.codegen import render
 from ucutlass.problem import find_problem, shipped_problems_dir
 assert target in shipped_problems_dir().resolve().parents

@@ -12,7 +12,7 @@ import pytest
 
 from gpu_build import build_and_load, poisoned, randn, rel_err  # tests/ is on sys.path for its own modules
 from ucutlass.build import build_kernels
-from ucutlass.dsl import parse_file
+from ucutlass.lang import parse_file
 from ucutlass.errors import KernelRuntimeError
 from ucutlass.runtime import CompiledKernel
 
@@ -145,7 +145,7 @@ def test_argument_errors_are_named(kernels):
 def test_matches_torch_for_the_shipped_problem_binding(kernels, tmp_path):
     """A problem's kernel.ucut, compiled and graded through the grader's worker, passes every trial."""
     from ucutlass.bind import bind
-    from ucutlass.dsl import parse_file as pf
+    from ucutlass.lang import parse_file as pf
     from ucutlass.grader import Grader
     from ucutlass.problem import find_problem
     from ucutlass.search.measure import solution_for

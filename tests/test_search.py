@@ -10,7 +10,7 @@ import pytest
 
 from search_fakes import FakeBuild, FakeMeasure, make_plan, make_tuner  # tests/ is on sys.path
 
-from ucutlass.dsl import parse
+from ucutlass.lang import parse
 from ucutlass.search import StopRule, TuneConfig, trial_budget
 from ucutlass.search.report import format_table, write_outputs
 from ucutlass.search.tuner import representative_workloads

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ucutlass import dsl
+from ucutlass import lang
 from ucutlass.bind import bind, slice_index, slice_view
 from ucutlass.codegen import abi_of, render, template_values
 from ucutlass.errors import CheckError, UcutSyntaxError
@@ -30,7 +30,7 @@ kernel lm_head : gemm {
 
 def errors(text: str) -> list:
     with pytest.raises(UcutSyntaxError) as info:
-        dsl.parse(text, "t.ucut")
+        lang.parse(text, "t.ucut")
     return info.value.diagnostics
 
 
@@ -53,17 +53,17 @@ def _lm_problem(tmp_path: Path, workloads: list[dict], name: str = "lm") -> Path
 # --- the language -------------------------------------------------------------------------------------------
 
 def test_a_slice_lowers_into_the_operand_and_b_may_be_shared_by_every_batch():
-    k = dsl.parse(LM_HEAD).kernel()
+    k = lang.parse(LM_HEAD).kernel()
     assert k.a.slice == (":", "-keep:") and k.a.binding == "hidden_states" and k.a.batch == ("B",)
     assert k.b.batch == () and k.b.slice == () and k.batch == ("B",)
-    plain = dsl.parse(LM_HEAD.replace("[:, -keep:]", "")).kernel()
+    plain = lang.parse(LM_HEAD.replace("[:, -keep:]", "")).kernel()
     assert plain.a.slice == () and plain.digest() != k.digest()
-    forms = dsl.parse(LM_HEAD.replace("[:, -keep:]", "[skip:]")).kernel()
+    forms = lang.parse(LM_HEAD.replace("[:, -keep:]", "[skip:]")).kernel()
     assert forms.a.slice == ("skip:",)
 
 
 def test_a_shared_b_is_a_static_zero_batch_stride_and_the_others_come_from_the_call():
-    k = dsl.parse(LM_HEAD).kernel()
+    k = lang.parse(LM_HEAD).kernel()
     assert abi_of(k).extents == ("M", "N", "K", "L", "batch_stride_a", "batch_stride_b", "batch_stride_d")
     values = template_values(k)
     assert values["layout_b"] == "cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>"  # K-major, batch mode _0
@@ -71,7 +71,7 @@ def test_a_shared_b_is_a_static_zero_batch_stride_and_the_others_come_from_the_c
     assert "stride_a = with_batch_stride(stride_a, extents[4]);" in src
     assert "stride_d = with_batch_stride(stride_d, extents[6]);" in src
     assert "stride_b = with_batch_stride" not in src  # b is one matrix for every batch
-    n_major = dsl.parse(LM_HEAD.replace("b : bf16[N, K] row", "b : bf16[K, N] row")).kernel()
+    n_major = lang.parse(LM_HEAD.replace("b : bf16[N, K] row", "b : bf16[K, N] row")).kernel()
     assert template_values(n_major)["layout_b"] == "cute::Stride<cute::Int<1>, int64_t, cute::Int<0>>"
 
 
@@ -124,7 +124,7 @@ def test_slice_view_and_index_of_a_contiguous_tensor():
 def test_bind_derives_m_from_the_sliced_axis(tmp_path):
     problem = load_problem(_lm_problem(tmp_path, [{"batch": 2, "seq": 10, "keep": 3},
                                                   {"batch": 1, "seq": 128, "keep": 128}]))
-    binding = bind(dsl.parse(LM_HEAD).kernel(), problem)
+    binding = bind(lang.parse(LM_HEAD).kernel(), problem)
     assert [binding.extents(w) for w in problem.workloads] == [
         {"B": 2, "M": 3, "K": 256, "N": 384}, {"B": 1, "M": 128, "K": 256, "N": 384}]
     a = next(s for s in binding.slots if s.arg == "a")
@@ -138,7 +138,7 @@ def test_bind_derives_m_from_the_sliced_axis(tmp_path):
 def test_bind_refuses_unknown_axes_and_a_sliced_contiguous_dim(tmp_path, source, message):
     problem = load_problem(_lm_problem(tmp_path, [{"batch": 2, "seq": 10, "keep": 3}]))
     with pytest.raises(CheckError) as info:
-        bind(dsl.parse(LM_HEAD.replace("hidden_states[:, -keep:]", source)).kernel(), problem)
+        bind(lang.parse(LM_HEAD.replace("hidden_states[:, -keep:]", source)).kernel(), problem)
     assert [d.code for d in info.value.diagnostics] == ["bind-slice"]
     assert message in info.value.diagnostics[0].message
 
@@ -146,23 +146,23 @@ def test_bind_refuses_unknown_axes_and_a_sliced_contiguous_dim(tmp_path, source,
 def test_bind_refuses_a_keep_longer_than_the_sequence(tmp_path):
     problem = load_problem(_lm_problem(tmp_path, [{"batch": 2, "seq": 10, "keep": 12}]))
     with pytest.raises(CheckError, match=r"keep = 12 of a dim of size 10"):
-        bind(dsl.parse(LM_HEAD).kernel(), problem)
+        bind(lang.parse(LM_HEAD).kernel(), problem)
 
 
 def test_a_folded_operand_slices_only_where_the_view_stays_contiguous(tmp_path):
     folded = """kernel k : gemm { a : bf16[M, K] row <- hidden_states[:, -keep:]  b : bf16[N, K] row <- weight
                 d : bf16[M, N] row -> logits }"""
     one = load_problem(_lm_problem(tmp_path, [{"batch": 1, "seq": 10, "keep": 3}], "one"))
-    assert bind(dsl.parse(folded).kernel(), one).extents(one.workloads[0]) == {"M": 3, "K": 256, "N": 384}
+    assert bind(lang.parse(folded).kernel(), one).extents(one.workloads[0]) == {"M": 3, "K": 256, "N": 384}
     two = load_problem(_lm_problem(tmp_path, [{"batch": 2, "seq": 10, "keep": 3}], "two"))
     with pytest.raises(CheckError, match="dim 1 is sliced but dims \\[0\\] before it fold"):
-        bind(dsl.parse(folded).kernel(), two)
+        bind(lang.parse(folded).kernel(), two)
 
 
 def test_the_bound_callable_passes_a_view_of_the_input_no_copy(tmp_path):
     torch = pytest.importorskip("torch")
     problem = load_problem(_lm_problem(tmp_path, [{"batch": 2, "seq": 10, "keep": 3}]))
-    binding = bind(dsl.parse(LM_HEAD).kernel(), problem)
+    binding = bind(lang.parse(LM_HEAD).kernel(), problem)
     seen = []
 
     class Fake:
@@ -210,7 +210,7 @@ def _argument_checker(kernel):
 
 def test_runtime_passes_a_slices_batch_stride_and_zero_for_a_shared_b():
     torch = pytest.importorskip("torch")
-    k = dsl.parse(LM_HEAD).kernel()
+    k = lang.parse(LM_HEAD).kernel()
     ck, cpu, ext, strides = _argument_checker(k), torch.device("cpu"), {}, {}
     h = torch.zeros(4, 10, 256, dtype=torch.bfloat16)
     for op, t in (("a", h[:, -3:]), ("b", torch.zeros(384, 256, dtype=torch.bfloat16)),
@@ -223,7 +223,7 @@ def test_runtime_passes_a_slices_batch_stride_and_zero_for_a_shared_b():
 
 def test_runtime_passes_packed_strides_as_before_for_packed_tensors():
     torch = pytest.importorskip("torch")
-    k = dsl.parse((ROOT / "tests" / "kernels" / "batched_scores.ucut").read_text()).kernel()
+    k = lang.parse((ROOT / "tests" / "kernels" / "batched_scores.ucut").read_text()).kernel()
     ck, cpu, ext, strides = _argument_checker(k), torch.device("cpu"), {}, {}
     for op, shape in (("a", (2, 3, 40, 64)), ("b", (2, 3, 16, 64)), ("d", (2, 3, 40, 16))):
         o = getattr(k, op)
@@ -239,7 +239,7 @@ def test_runtime_refuses_batch_strides_the_kernel_cannot_take():
     torch = pytest.importorskip("torch")
     from ucutlass.errors import KernelRuntimeError
 
-    k = dsl.parse(LM_HEAD).kernel()
+    k = lang.parse(LM_HEAD).kernel()
     ck, cpu = _argument_checker(k), torch.device("cpu")
 
     def check(op, t):
@@ -250,7 +250,7 @@ def test_runtime_refuses_batch_strides_the_kernel_cannot_take():
         check("d", torch.zeros(6, 384, dtype=torch.bfloat16).as_strided((4, 3, 384), (384, 384, 1)))
     with pytest.raises(KernelRuntimeError, match="batch stride 2564 is not a multiple of 8 elements"):
         check("a", torch.zeros(4 * 2564, dtype=torch.bfloat16).as_strided((4, 3, 256), (2564, 256, 1)))
-    k2 = dsl.parse(LM_HEAD.replace("B, M", "B, H, M")).kernel()
+    k2 = lang.parse(LM_HEAD.replace("B, M", "B, H, M")).kernel()
     ck2 = _argument_checker(k2)
     with pytest.raises(KernelRuntimeError, match="do not fold into one batch mode"):
         ck2._matrix("a", torch.zeros(2, 3, 10, 256, dtype=torch.bfloat16)[:, 1:], k2.a.dims, k2.a.layout,

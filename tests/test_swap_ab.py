@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from ucutlass import arch, codegen, dsl, ir
+from ucutlass import arch, codegen, ir, lang
 from ucutlass.arch import sm90
 from ucutlass.bind import bind
-from ucutlass.dispatch import kernel_block, pin_swap_ab, render_dispatch
+from ucutlass.lang import kernel_block, pin_swap_ab, render_dispatch
 from ucutlass.errors import CheckError, UcutSyntaxError
 from ucutlass.ir import EpilogueInputKind, Layout, ReductionMode
 from ucutlass.problem import load_problem
@@ -29,7 +29,7 @@ KERNELS = Path(__file__).parent / "kernels"
 
 def kernel(settings: str = "", operands: str = ABD, epilogue: str = "", when: tuple[str, int] | None = None):
     """One gemm kernel from its parts (settings on line 3); ``when``: as a dispatch's kernel with that condition."""
-    k = dsl.parse(f"kernel k : gemm {{\n  {operands}\n  {settings}\n  {epilogue}\n}}", "k.ucut").kernels[0]
+    k = lang.parse(f"kernel k : gemm {{\n  {operands}\n  {settings}\n  {epilogue}\n}}", "k.ucut").kernels[0]
     return dataclasses.replace(k, when=when) if when else k
 
 
@@ -240,7 +240,7 @@ def test_swap_ab_on_sm100_and_grouped_is_rejected_and_auto_does_not_swap_there()
     sm100 = kernel("target = sm100 tile = 128x128x64 swap_ab = true")
     assert codes(sm100) == ["sm100.swap-ab"]
     assert arch.resolve_swap_ab(dataclasses.replace(sm100, swap_ab=None), m_max=1) is False
-    grouped = dsl.parse("kernel g : grouped_gemm { a : bf16[M, K] row  b : bf16[G, N, K] row  d : bf16[M, N] row "
+    grouped = lang.parse("kernel g : grouped_gemm { a : bf16[M, K] row  b : bf16[G, N, K] row  d : bf16[M, N] row "
                         "m_sizes : i32[G]  swap_ab = true }").kernel()
     assert codes(grouped) == ["sm90.swap-ab"]
     assert arch.resolve_swap_ab(dataclasses.replace(grouped, swap_ab=None), m_max=1) is False
@@ -376,7 +376,7 @@ def test_a_sample_of_accepted_swapped_configurations_renders():
 
 def test_ci_kernels_are_swapped_narrow_and_legal():
     for name in ("swap_bias_gelu_n16.ucut", "swap_residual_outputs_stream_k.ucut"):
-        k = dsl.parse_file(KERNELS / name).kernel()
+        k = lang.parse_file(KERNELS / name).kernel()
         assert arch.resolve_swap_ab(k) and k.tile[1] <= 32 and codes(k) == []
 
 
@@ -409,16 +409,16 @@ def test_auto_follows_the_dispatch_range():
     text = (f"kernel small : gemm when M <= 64 {{ {ABD} tile = 128x64x128 }}\n"
             f"kernel mid : gemm when M <= 128 {{ {ABD} tile = 128x64x128 }}\n"
             f"kernel large : gemm {{ {ABD} tile = 128x64x128 }}")
-    small, mid, large = dsl.parse(text).dispatch()
+    small, mid, large = lang.parse(text).dispatch()
     assert [arch.resolve_swap_ab(k) for k in (small, mid, large)] == [True, False, False]
     assert "swap AB" in render(small) and "swap AB" not in render(mid)
-    assert dsl.check(dsl.parse(text)) == []
+    assert arch.check(lang.parse(text)) == []
 
 
 def test_auto_resolution_makes_auto_and_its_value_one_kernel():
     k = kernel("tile = 128x64x128 swap_ab = {auto, false, true}")
-    legal, _ = dsl.legal_combinations(k)
-    assert len(legal) == 3 and len(dsl.distinct_combinations(k, legal)) == 2  # auto is false here
+    legal, _ = arch.legal_combinations(k)
+    assert len(legal) == 3 and len(arch.distinct_combinations(k, legal)) == 2  # auto is false here
 
 
 def _problem(tmp_path: Path, ms) -> Path:
@@ -445,7 +445,7 @@ SPEC = """kernel lin : gemm {
 
 def test_a_binding_whose_workloads_all_have_small_m_swaps_auto(tmp_path):
     decode, mixed = load_problem(_problem(tmp_path, [1, 7, 64])), load_problem(_problem(tmp_path, [1, 4096]))
-    k = dsl.parse(SPEC).kernel().resolve({"tile": (128, 16, 128), "swap_ab": None})
+    k = lang.parse(SPEC).kernel().resolve({"tile": (128, 16, 128), "swap_ab": None})
     assert bind(k, decode).kernel.swap_ab is True
     assert bind(k, mixed).kernel.swap_ab is None  # auto stays auto: a when may still decide it
     assert bind(dataclasses.replace(k, swap_ab=False), decode).kernel.swap_ab is False
@@ -455,7 +455,7 @@ def test_the_tuner_builds_what_a_bound_call_loads(tmp_path):
     from ucutlass.search import plan
 
     problem = load_problem(_problem(tmp_path, [1, 7, 64]))
-    p = plan(problem, dsl.parse(SPEC), source_file="spec.ucut")
+    p = plan(problem, lang.parse(SPEC), source_file="spec.ucut")
     # auto and false are two kernels for these workloads (auto swaps); one is 64x128x64 swapped and not
     built = {(p.space.concrete(params).tile, p.space.concrete(params).swap_ab) for params in p.legal}
     assert built == {((128, 16, 128), True), ((128, 16, 128), False), ((64, 128, 64), True), ((64, 128, 64), False)}
@@ -470,7 +470,7 @@ def test_a_tuned_kernel_keeps_its_swap_ab_in_a_dispatch():
     pinned = pin_swap_ab(block, False)
     assert "swap_ab = false" in pinned
     text = render_dispatch([(pinned, "g_m64", ("M", 64)), (block, "g", None)])
-    small, large = dsl.parse(text).dispatch()
+    small, large = lang.parse(text).dispatch()
     assert small.swap_ab is False and arch.resolve_swap_ab(small) is False  # measured without swap: stays so
     assert pin_swap_ab(block.replace("tile = 128x64x128", "tile = 128x64x128 swap_ab = auto"), True).count(
         "swap_ab = true") == 1

@@ -2,7 +2,7 @@
 
 The shared object exports the GEMM's C ABI (:mod:`ucutlass.codegen`): ``ucut_run(ptrs, scalars, extents, knobs,
 workspace, workspace_bytes, stream)`` with ptrs ``q, k, v, o[, lse]``, extents ``B, Sq, Sk, Hq, Hkv, D``
-(:data:`ucutlass.attention.EXTENTS`), no scalars and no knobs. :class:`AttentionCompiledKernel` checks every
+(:data:`ucutlass.ir.EXTENTS`), no scalars and no knobs. :class:`AttentionCompiledKernel` checks every
 tensor first (device, dtype, rank, contiguity, shapes, 16-byte alignment) and names the operand at fault;
 :func:`bind_attention` is :func:`ucutlass.bind.bind` for attention kernels (the grader and tuner use it unchanged).
 """
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .attention import ABI_VERSION, EXTENTS, AttentionKernel, abi_of
+from .codegen import ABI_VERSION, abi_of
+from .ir import EXTENTS, AttentionKernel
 from .errors import CheckError, Diagnostic, KernelRuntimeError
 from .ir import Pos
 

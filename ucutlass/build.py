@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from .paths import cache_dir
 from .errors import CompileError, ToolchainError
 
-ENV_CACHE_DIR = "UCUTLASS_CACHE_DIR"
 DEFAULT_TIMEOUT_S = 600.0
 
 GENCODE = {"sm90": "arch=compute_90a,code=sm_90a", "sm100": "arch=compute_100a,code=sm_100a"}
@@ -41,14 +41,6 @@ GENCODE = {"sm90": "arch=compute_90a,code=sm_90a", "sm100": "arch=compute_100a,c
 # attribute and every launch failed (status 307, "Error Internal").
 BASE_FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC",
               "-Xcompiler", "-fno-gnu-unique", "-shared")
-
-
-def cache_dir() -> Path:
-    """``$UCUTLASS_CACHE_DIR``, else ``$XDG_CACHE_HOME/ucutlass``, else ``~/.cache/ucutlass``."""
-    if os.environ.get(ENV_CACHE_DIR):
-        return Path(os.environ[ENV_CACHE_DIR]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "ucutlass"
 
 
 def find_nvcc() -> Path:
@@ -255,7 +247,7 @@ def build_source(source: str, name: str, target: str = "sm90", *, root: Path | N
         ToolchainError: nvcc or CUTLASS cannot be found.
     """
     family = (meta or {}).get("family", "gemm")  # meta["family"] picks the family's flags (attention)
-    key = cache_key(source, target) if family == "gemm" else cache_key(source, target, family)
+    key = cache_key(source, target, family)
     entry = entry_dir(key, root)
     so, src, err = entry / "kernel.so", entry / "kernel.cu", entry / "error.log"
     if so.is_file():
@@ -369,9 +361,7 @@ def build_kernels(kernels: Sequence, *, source_file: str = "<string>", sources: 
 
     items = []
     for i, k in enumerate(kernels):
-        meta = {"config": k.build_config().config_name(), "build_digest": k.build_digest()}
-        if k.family != "gemm":
-            meta["family"] = k.family
+        meta = {"config": k.build_config().config_name(), "build_digest": k.build_digest(), "family": k.family}
         if sources is not None:
             meta["ucut"] = sources[i]
         items.append((render(k, source_file), k.config_name(), k.target.value, meta))

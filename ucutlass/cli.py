@@ -2,6 +2,8 @@
 
 Each subcommand is a thin shell over a library function; errors of ucutlass (:class:`UcutError`) are
 printed without a traceback and give exit status 1 (2 for a missing GPU or toolchain).
+
+Length: one argparse tree and the command functions it calls, each a thin shell over its stage's package.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def _problems_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _load_program(path: str):
-    from .dsl import parse_file
+    from .lang import parse_file
 
     try:
         return parse_file(path)
@@ -59,7 +61,7 @@ def _require_kernel(program, name: str | None, command: str) -> None:
     """
     names = [k.name for k in program.kernels]
     if name is not None and name not in names:
-        from .dsl import _did_you_mean
+        from .errors import did_you_mean as _did_you_mean
 
         raise UcutError(f"--kernel {name}: {program.file} has no such kernel{_did_you_mean(name, names)} "
                         f"(kernels: {', '.join(names)})")
@@ -95,7 +97,7 @@ def _picks(program, pick_args: Sequence[str], kernel: str | None = None):
 # --- check ---------------------------------------------------------------------------------------------
 
 def cmd_check(args) -> int:
-    from .dsl import check, legal_combinations
+    from .arch import check, legal_combinations
 
     try:
         program = _load_program(args.file)
@@ -203,7 +205,7 @@ def _served_in_dispatch(program, kernel, extents: list[dict]) -> list[dict] | No
 def cmd_compile(args) -> int:
     from .build import build_kernels, raise_for
     from .codegen import render
-    from .dsl import check, distinct_combinations, legal_combinations
+    from .arch import check, distinct_combinations, legal_combinations
 
     program = _load_program(args.file)
     _require_kernel(program, args.kernel, "compile")

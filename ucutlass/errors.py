@@ -11,7 +11,21 @@ import json
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from .ir import Pos
+
+@dataclass(frozen=True)
+class Pos:
+    """A place in a `.ucut` source: 1-based line and column (Lark's convention)."""
+
+    file: str = "<string>"
+    line: int = 0
+    column: int = 0
+    end_line: int = 0
+    end_column: int = 0
+    start: int = -1  # character offsets into the source, -1 when unknown
+    end: int = -1
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
 
 
 def closest(word: str, valid: Sequence[str]) -> str | None:

@@ -306,7 +306,7 @@ class Problem:
             if kind == "scalar":
                 out[name] = workload.inputs[name]["value"]
             elif kind == "random" or (kind == "custom" and dev.type == "meta" and self.custom_inputs_entrypoint):
-                out[name] = _random_value(self.shape(spec, axes), torch_dtype(spec.dtype), dev)
+                out[name] = random_value(self.shape(spec, axes), torch_dtype(spec.dtype), dev)
             elif kind == "custom":
                 raise ProblemError(f"{self.id}: input {name!r} is 'custom' but the definition has no "
                                    "custom_inputs_entrypoint")
@@ -354,12 +354,14 @@ class Problem:
         }
 
 
-def _random_value(shape, dtype, device):
+def random_value(shape, dtype, device):
+    """A random tensor of ``shape`` and ``dtype`` on ``device`` as the workloads' ``random`` inputs are made (a
+    Python number when ``shape`` is None: a scalar input)."""
     import torch
 
     name = str(dtype).replace("torch.", "")
     if shape is None:
-        return _random_value((), dtype, torch.device("cpu")).item() if device.type != "meta" else 1.0
+        return random_value((), dtype, torch.device("cpu")).item() if device.type != "meta" else 1.0
     if device.type == "meta":
         return torch.empty(shape, dtype=dtype, device=device)
     if name in _FLOAT_DTYPES:

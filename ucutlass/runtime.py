@@ -532,7 +532,7 @@ def load_solution(payload: Mapping[str, Any], problem: Any):
             ``so_paths``, or ``so_paths`` for a program that is no dispatch.
     """
     from .bind import bind
-    from .dsl import parse
+    from .lang import parse
 
     program = parse(payload["source"], payload.get("file", "<solution>"))
     if "so_paths" in payload:

@@ -78,7 +78,7 @@ def pos(kernel: GemmKernel, key: str) -> Pos:
 def require_concrete(kernel: GemmKernel) -> None:
     if not kernel.is_concrete():
         raise ValueError(f"kernel {kernel.name!r} has open choices {sorted(kernel.choices())}; "
-                         "resolve them first (GemmKernel.resolve or dsl.legal_combinations)")
+                         "resolve them first (GemmKernel.resolve or arch.legal_combinations)")
 
 
 def require_concrete_schedule(kernel: GemmKernel) -> None:

@@ -20,6 +20,9 @@ reuses; ``tests/test_arch_sm100.py`` (``MEASURED``) holds what nvcc 13.0 printed
 TMEM needs no rule: it holds 128 lanes x 512 columns
 (``cutlass/gemm/collective/builders/sm100_umma_builder.inl:256-257``) and one CTA's f32 accumulator tile is
 at most 128 x 256, so the builder always fits 2 to 4 accumulator stages (``:259-263``).
+
+Length: one target's whole rule table in one place, as :mod:`ucutlass.arch.sm90` (every rule beside the lines it
+cites, and the shared-memory model they share).
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ program built with nvcc 13.0 for 26 configurations (cooperative, pingpong, warps
 with and without C of the same or another width, bias, residual, row scale; row- and column-major D;
 K- and MN-major A and B; auto and explicit stages) and matches every byte: the table is
 ``MEASURED`` in ``tests/test_arch_sm90.py``.
+
+Length: one target's whole rule table in one place: every rule sm90 applies, each beside the CUTLASS lines it
+cites, and the shared-memory model those rules share; split by rule, no file would show all that the target
+rejects.
 """
 
 from __future__ import annotations

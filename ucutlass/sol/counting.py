@@ -72,6 +72,25 @@ class OpCount:
                    calls=_int(data["calls"]), note=_str(data["note"]))
 
 
+def op_counts(tracer) -> tuple[tuple[OpCount, ...], dict[str, int]]:
+    """A :class:`~ucutlass.sol.tracer.Tracer`'s records merged by (op, precision, note), the elementwise and
+    reduction total last as ``simt``, and the FLOP per precision (tensor-core precisions only)."""
+    merged: dict[tuple, list] = {}
+    for r in tracer.records:
+        key = (r.op, r.precision, r.note)
+        entry = merged.setdefault(key, [0, 0])
+        entry[0] += r.effective
+        entry[1] += 1
+    per_op = [OpCount(op=k[0], precision=k[1], flops=v[0], calls=v[1], note=k[2]) for k, v in merged.items()]
+    by_prec: dict[str, int] = {}
+    for c in per_op:
+        by_prec[c.precision] = by_prec.get(c.precision, 0) + c.flops
+    if tracer.other_flops:
+        per_op.append(OpCount(op="elementwise and reductions", precision="simt", flops=tracer.other_flops,
+                              calls=tracer.other_calls, note="CUDA cores; not part of T_SOL"))
+    return tuple(per_op), by_prec
+
+
 @dataclass(frozen=True)
 class Counts:
     """What one workload of a reference does.
@@ -223,7 +242,7 @@ def count_workload(problem, workload, *, inputs: Mapping[str, Any] | None = None
     for name, value in meta_inputs.items():
         if isinstance(value, torch.Tensor) and input_bytes[name] == 0 and value.numel():
             notes.append(f"input {name!r} is never read by the reference: 0 bytes")
-    per_op, by_prec = tracer.op_counts()
+    per_op, by_prec = op_counts(tracer)
     return Counts(flops_by_precision=by_prec, per_op=per_op, input_bytes=input_bytes,
                   output_bytes=output_bytes, other_flops=tracer.other_flops, notes=tuple(notes),
                   data_dependent=tracer.data_dependent, seed=used_seed)
@@ -264,7 +283,7 @@ def _generate(problem, workload, seed, module, tracer) -> dict[str, Any]:
     import torch
 
     from ..errors import ProblemError
-    from ..problem import _random_value
+    from ..problem import random_value
 
     if problem.custom_inputs_entrypoint:
         # The problem's own generator, on meta under the tracer: its small tensors (routing ids, scalar
@@ -289,7 +308,7 @@ def _generate(problem, workload, seed, module, tracer) -> dict[str, Any]:
             kind = workload.inputs.get(name, {}).get("type", "random")
             if kind == "random":
                 with tracer.paused():
-                    real = _random_value(tuple(value.shape), value.dtype, torch.device("cpu"))
+                    real = random_value(tuple(value.shape), value.dtype, torch.device("cpu"))
                 tracer.set_shadow(value, real)
     return made
 

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
-from ..build import cache_dir  # one cache root for kernels and calibrations
+from ..paths import cache_dir  # one cache root for kernels and calibrations
 
 from ..errors import did_you_mean
 from ._errors import HardwareError

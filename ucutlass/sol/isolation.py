@@ -29,6 +29,9 @@ a signal), the child's whole process group is killed
 outcome is a :class:`BrokenReferenceError` naming the problem, the workload and the deadline or exit
 status. An exception raised by the reference is the error it raised (``SolError``, ``ProblemError``;
 any other type becomes a ``SolError`` naming it), for that workload only.
+
+Length: both ends of one protocol (the parent's requests and deadlines, the child's loop) in one file, so what one
+side writes and the other reads are read together.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ def _si(x: float, unit: str) -> str:
     return f"{x:.3g} {unit}"
 
 
-def _time(ms: float) -> str:
+def format_time(ms: float) -> str:
+    """A duration in ms as text: ``12.34 µs`` under 1 ms, else 4 significant digits in ms."""
     return f"{ms * 1e3:.2f} µs" if ms < 1 else f"{ms:.4g} ms"
 
 
@@ -40,7 +41,7 @@ def format_table(reports: Sequence[SolReport], hardware: Hardware | None = None)
     for r in reports:
         precs = "+".join(sorted(r.flops_by_precision)) or "-"
         rows.append((r.workload_label, _si(r.flops, "FLOP"), precs, _si(r.bytes, "B"),
-                     f"{r.intensity:.1f}", r.bound, _time(r.t_sol_ms)))
+                     f"{r.intensity:.1f}", r.bound, format_time(r.t_sol_ms)))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     lines = [head, ""]
     for n, row in enumerate(rows):

@@ -4,6 +4,8 @@ Per tensor it keeps a small :class:`_Info`: the precision of its values, a CPU *
 values when the tensor is small, whether it is (a view of) a model input, the matmul that produced it,
 and the structure of causal masks. Ops run on meta; where every operand has a shadow, the op also runs
 on the shadows, so routing indices, ``nonzero`` and ``.item()`` see real values.
+
+Length: one dispatch mode; the handlers of each op family share its per-tensor state and its dispatch table.
 """
 
 from __future__ import annotations
@@ -722,24 +724,3 @@ class Tracer:
             rec.kept = (_count(region, rows, cols), rows * cols)
             rec.note = _describe(region)
         return region
-
-    # --- results ---------------------------------------------------------------------------------------
-
-    def op_counts(self):
-        """Merged op records (by op, precision, note) and FLOP per precision."""
-        from .counting import OpCount
-
-        merged: dict[tuple, list] = {}
-        for r in self.records:
-            key = (r.op, r.precision, r.note)
-            entry = merged.setdefault(key, [0, 0])
-            entry[0] += r.effective
-            entry[1] += 1
-        per_op = [OpCount(op=k[0], precision=k[1], flops=v[0], calls=v[1], note=k[2]) for k, v in merged.items()]
-        by_prec: dict[str, int] = {}
-        for c in per_op:
-            by_prec[c.precision] = by_prec.get(c.precision, 0) + c.flops
-        if self.other_flops:
-            per_op.append(OpCount(op="elementwise and reductions", precision="simt", flops=self.other_flops,
-                                  calls=self.other_calls, note="CUDA cores; not part of T_SOL"))
-        return tuple(per_op), by_prec

@@ -16,24 +16,24 @@ shapes. Epilogue inputs: ``[N]`` (one row for every group), ``[G, N]`` (one row 
 ``[M]`` (one value per row, e.g. the routing weight of each sorted token) and scalars; no ``c`` and no ``[M, N]``
 inputs (CUTLASS's ptr-array epilogue would need per-group TMA descriptors for them).
 
-The lowering is called by :mod:`ucutlass.dsl` for the ``grouped_gemm`` family and reuses its value readers, so
+The lowering is called by :mod:`ucutlass.lang.lower` for the ``grouped_gemm`` family and reuses its value readers, so
 errors read the same as for ``gemm``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import TYPE_CHECKING, Any
 
-from . import ir
-from .errors import UcutError
-from .ir import EpilogueInputKind, GroupedGemmKernel, IndexType, Layout, Operand, Pos
+from .. import ir
+from ..arch import GROUPED_RULES
+from ..errors import did_you_mean
+from ..ir import EpilogueInputKind, GroupedGemmKernel, IndexType, Layout, Operand, Pos
+from .ast import ChoiceNode, Decl, KernelNode, SettingNode
+from .settings import DEFAULTS, FAILED, SETTINGS, Bad, dtype_converter
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .dsl import _Kernel, _Lowering
-
-__all__ = ["GROUPED_OPERAND_DIMS", "INDEX_TYPES", "lower_grouped", "grouped_abi", "grouped_template_values"]
+if TYPE_CHECKING:
+    from .lowering import Lowering
 
 #: Operands of a grouped GEMM and the dims each may be declared over, in declared order.
 GROUPED_OPERAND_DIMS: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -49,13 +49,13 @@ _EXAMPLES = {"a": "a : bf16[M, K] row", "b": "b : bf16[G, N, K] row", "d": "d : 
              "m_sizes": "m_sizes : i32[G]", "m_offsets": "m_offsets : i32[G]"}
 
 
-def lower_grouped(lw: "_Lowering", k: "_Kernel") -> GroupedGemmKernel | None:
-    """Lower one ``grouped_gemm`` kernel block; errors go to ``lw`` (the dsl's lowering), None when any.
+def lower_grouped(lw: "Lowering", k: "KernelNode") -> GroupedGemmKernel | None:
+    """Lower one ``grouped_gemm`` kernel block; errors go to ``lw`` (the :class:`~ucutlass.lang.lowering.Lowering`),
+    None when any.
 
-    The settings are the ``gemm`` ones (:data:`ucutlass.dsl.SETTINGS`); the operands are those of
+    The settings are the ``gemm`` ones (:data:`ucutlass.SETTINGS`); the operands are those of
     :data:`GROUPED_OPERAND_DIMS`, all row-major, and exactly one group operand.
     """
-    from . import dsl
 
     errors_before = len(lw.diags)
     values: dict[str, Any] = {}
@@ -64,38 +64,26 @@ def lower_grouped(lw: "_Lowering", k: "_Kernel") -> GroupedGemmKernel | None:
     operands: dict[str, Operand] = {}
     epilogue = None
     for item in k.items:
-        if isinstance(item, dsl._Setting):
-            if item.name not in dsl.SETTINGS:
+        if isinstance(item, SettingNode):
+            if item.name not in SETTINGS:
                 hint = (f"; {item.name} is an operand: declare it with ':' ({_EXAMPLES[item.name]})"
-                        if item.name in _EXAMPLES else dsl._did_you_mean(item.name, list(dsl.SETTINGS)))
-                lw.error("unknown-setting", f"unknown setting {item.name!r}{hint}", item.name_pos, tuple(dsl.SETTINGS))
+                        if item.name in _EXAMPLES else did_you_mean(item.name, list(SETTINGS)))
+                lw.error("unknown-setting", f"unknown setting {item.name!r}{hint}", item.name_pos, tuple(SETTINGS))
                 continue
-            if item.name in first_at:
-                lw.error("duplicate-setting", f"{item.name} is set twice (first at line {first_at[item.name].line})",
-                         item.name_pos)
-                continue
-            first_at[item.name] = item.name_pos
-            convert = dsl.SETTINGS[item.name].convert
-            if item.name == "schedule":
-                from .arch import GROUPED_RULES
-                convert = dsl._schedule_converter(k, GROUPED_RULES)
-            value = lw.value(item.name, item.value, convert)
-            setting_pos[item.name] = item.value.pos
-            if value is not dsl._FAILED:
-                values[item.name] = value
-        elif isinstance(item, dsl._Decl):
+            lw.setting(item, k, GROUPED_RULES, first_at, setting_pos, values)
+        elif isinstance(item, Decl):
             if item.name not in GROUPED_OPERAND_DIMS:
                 if item.name == "c":
                     lw.error("unsupported", "a grouped_gemm has no source operand c yet (CUTLASS's ptr-array epilogue "
                              "would need one C pointer per group); add per-row or per-group inputs in the epilogue",
                              item.name_pos, tuple(GROUPED_OPERAND_DIMS))
-                elif item.name in dsl.SETTINGS:
+                elif item.name in SETTINGS:
                     lw.error("syntax", f"{item.name} is a setting: write {item.name} = value", item.name_pos,
                              (f"{item.name} =",))
                 else:
                     lw.error("unknown-operand", f"{item.name!r} is not a grouped_gemm operand (a, b, d and the group "
                              f"operand {' or '.join(ir.GROUP_OPERANDS)}); extra inputs of the epilogue are declared "
-                             "inside epilogue { }" + dsl._did_you_mean(item.name, list(GROUPED_OPERAND_DIMS)),
+                             "inside epilogue { }" + did_you_mean(item.name, list(GROUPED_OPERAND_DIMS)),
                              item.name_pos, tuple(GROUPED_OPERAND_DIMS))
                 continue
             if "." + item.name in first_at:
@@ -128,15 +116,14 @@ def lower_grouped(lw: "_Lowering", k: "_Kernel") -> GroupedGemmKernel | None:
     inputs, expr = _epilogue(lw, epilogue)
     if len(lw.diags) > errors_before:
         return None
-    for name in dsl.SETTINGS:
-        values.setdefault(name, dsl.DEFAULTS[name])
+    for name in SETTINGS:
+        values.setdefault(name, DEFAULTS[name])
     return GroupedGemmKernel(
         name=k.name, a=operands["a"], b=operands["b"], c=None, d=operands["d"], groups=operands[group_ops[0]],
         epilogue_inputs=inputs, epilogue=expr, pos=k.name_pos, setting_pos=setting_pos, **values)
 
 
-def _operand(lw: "_Lowering", d: Any, setting_pos: dict[str, Pos]) -> Operand | None:
-    from . import dsl
+def _operand(lw: "Lowering", d: Any, setting_pos: dict[str, Pos]) -> Operand | None:
 
     name = d.name
     allowed = GROUPED_OPERAND_DIMS[name]
@@ -146,17 +133,17 @@ def _operand(lw: "_Lowering", d: Any, setting_pos: dict[str, Pos]) -> Operand | 
         def convert(atom: Any) -> IndexType:
             if atom.kind == "name" and atom.text in INDEX_TYPES:
                 return IndexType(atom.text)
-            raise dsl._Bad(f"{name} holds row counts or offsets: its dtype is i32 or i64, not {atom.text!r}"
-                           f"{dsl._did_you_mean(atom.text, INDEX_TYPES)}", INDEX_TYPES, "unknown-dtype")
-        if isinstance(d.dtype, dsl._Choice):
+            raise Bad(f"{name} holds row counts or offsets: its dtype is i32 or i64, not {atom.text!r}"
+                      f"{did_you_mean(atom.text, INDEX_TYPES)}", INDEX_TYPES, "unknown-dtype")
+        if isinstance(d.dtype, ChoiceNode):
             lw.error("choice-not-allowed", f"{name}: its dtype is the problem's, not a choice", d.dtype.pos)
-            dtype: Any = dsl._FAILED
+            dtype: Any = FAILED
         else:
             dtype = lw.value(f"{name}.dtype", d.dtype, convert)
     else:
-        dtype = lw.value(f"{name}.dtype", d.dtype, dsl._dtype_converter(name))
+        dtype = lw.value(f"{name}.dtype", d.dtype, dtype_converter(name))
         setting_pos[f"{name}.dtype"] = d.dtype.pos
-    ok &= dtype is not dsl._FAILED
+    ok &= dtype is not FAILED
     valid = tuple(f"[{', '.join(dims)}]" for dims in allowed)
     if d.dims is None:
         lw.error("bad-dims", f"{name} needs its dims, e.g. {_EXAMPLES[name]}", d.dtype.pos, valid)
@@ -172,7 +159,7 @@ def _operand(lw: "_Lowering", d: Any, setting_pos: dict[str, Pos]) -> Operand | 
         if is_group:
             lw.error("bad-layout", f"{name} is a vector: it takes no layout", d.layout.pos)
             ok = False
-        elif isinstance(d.layout, dsl._Choice) or d.layout.text != "row":
+        elif isinstance(d.layout, ChoiceNode) or d.layout.text != "row":
             hint = "; for B stored K x N per group declare b : bf16[G, K, N] row" if name == "b" else ""
             lw.error("bad-layout", f"{name}: a grouped_gemm takes row-major operands only (each group's rows are "
                      f"contiguous){hint}",
@@ -196,16 +183,16 @@ def _operand(lw: "_Lowering", d: Any, setting_pos: dict[str, Pos]) -> Operand | 
     return Operand(name, dtype, tuple(str(x) for x in d.dims.names), layout, binding, d.pos)
 
 
-def _epilogue(lw: "_Lowering", epi: Any) -> tuple[tuple[ir.EpilogueInput, ...], ir.Expr]:
-    """The dsl's epilogue lowering, with ``[G, N]`` inputs read as per-group rows and ``[M, N]`` ones refused."""
-    from . import dsl
+def _epilogue(lw: "Lowering", epi: Any) -> tuple[tuple[ir.EpilogueInput, ...], ir.Expr]:
+    """The epilogue lowering (:mod:`ucutlass.lang.epilogue`), with ``[G, N]`` inputs read as per-group rows and
+    ``[M, N]`` ones refused."""
 
     if epi is None:
         return (), ir.Acc()
     per_group: set[str] = set()
     items = []
     for item in epi.items:
-        if isinstance(item, dsl._Decl) and item.dims is not None and \
+        if isinstance(item, Decl) and item.dims is not None and \
                 tuple(str(x) for x in item.dims.names) == ("G", "N"):
             per_group.add(item.name)
             item = dataclasses.replace(item, dims=dataclasses.replace(item.dims, names=("N",)))
@@ -235,86 +222,3 @@ def _epilogue(lw: "_Lowering", epi: Any) -> tuple[tuple[ir.EpilogueInput, ...], 
 
 
 # --- ABI and template values ----------------------------------------------------------------------------------
-
-
-def grouped_abi(kernel: GroupedGemmKernel):
-    """The :class:`ucutlass.codegen.Abi` of a grouped kernel's ``ucut_run``: pointers a, b, d, the epilogue's tensor
-    inputs, then the group operand; extents M (all rows), N, K, G."""
-    from .codegen import Abi, epilogue_args
-
-    inputs, scalars = epilogue_args(kernel)
-    ptrs = [op.name for op in kernel.operands] + inputs + [kernel.groups.name]
-    return Abi(tuple(ptrs), tuple(scalars), extents=("M", "N", "K", "G"))
-
-
-#: CUTLASS's ptr-array kernel and epilogue schedules (``cutlass/gemm/dispatch_policy.hpp``,
-#: ``cutlass/epilogue/dispatch_policy.hpp``), by resolved schedule.
-CPP_GROUPED_KERNEL_SCHEDULE = {
-    ir.Schedule.cooperative: "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative",
-    ir.Schedule.pingpong: "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong",
-    ir.Schedule.warpspecialized_1sm: "cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmSm100",
-    ir.Schedule.warpspecialized_2sm: "cutlass::gemm::KernelPtrArrayTmaWarpSpecialized2SmSm100",
-}
-CPP_GROUPED_EPILOGUE_SCHEDULE = {
-    ir.Schedule.cooperative: "cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative",
-    ir.Schedule.pingpong: "cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong",
-    ir.Schedule.warpspecialized_1sm: "cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm",
-    ir.Schedule.warpspecialized_2sm: "cutlass::epilogue::PtrArrayTmaWarpSpecialized2Sm",
-}
-#: Per target: the CUTLASS arch tag, a name for comments and the CUTLASS example the template follows.
-CPP_GROUPED_ARCH = {
-    ir.Target.sm90: ("cutlass::arch::Sm90", "SM90", "examples/57_hopper_grouped_gemm"),
-    ir.Target.sm100: ("cutlass::arch::Sm100", "SM100", "examples/75_blackwell_grouped_gemm"),
-}
-CPP_INDEX = {IndexType.i32: "int32_t", IndexType.i64: "int64_t"}
-
-
-def grouped_template_values(kernel: GroupedGemmKernel, source_file: str = "<string>") -> dict:
-    """The values one render of ``templates/sm{90,100}_grouped_gemm.cu.j2`` (both include ``_grouped_gemm.j2``) takes:
-    :func:`ucutlass.codegen.template_values` (which checks the kernel against :mod:`ucutlass.arch.sm90_grouped` or
-    :mod:`ucutlass.arch.sm100_grouped`) plus the arch tag, the group operand, the ptr-array schedules and, per EVT
-    node, the batch stride of a row (``N`` for ``[G, N]``, 0 for ``[N]``) or the index of a column's per-group
-    pointer array.
-
-    Raises:
-        CheckError: open choices remain or an arch rule is broken.
-    """
-    from . import arch, codegen
-
-    values = codegen.template_values(kernel, source_file)
-    schedule = arch.resolve_schedule(kernel)
-    inputs = {i.name: i for i in kernel.epilogue_inputs}
-    col_inputs = []
-    for node in values["evt_nodes"]:
-        if node["kind"] not in ("acc", "row_vector", "col_vector", "scalar", "compute"):
-            raise UcutError(f"{kernel.name}: the grouped template has no {node['kind']} epilogue node (grouped "
-                            "epilogues read acc, [N], [G, N] and [M] inputs and scalars)")
-        if node["kind"] == "row_vector":
-            per_group = inputs[node["name"]].dims == ("G", "N")
-            node["group_stride"] = "static_cast<int64_t>(extents[1])" if per_group else "0"
-            node["dims_text"] = "[G, N]" if per_group else "[N]"
-        elif node["kind"] == "col_vector":
-            known = [c["name"] for c in col_inputs]
-            if node["name"] not in known:
-                col_inputs.append({"name": node["name"], "element": node["element"], "ptr_index": node["ptr_index"]})
-                known.append(node["name"])
-            node["col_index"] = known.index(node["name"])
-    abi = grouped_abi(kernel)
-    info = json.loads(values["info_json"])
-    info.update({"family": kernel.family, "extents": list(abi.extents), "groups": kernel.groups.name})
-    groups = kernel.groups
-    arch_tag, arch_name, example = CPP_GROUPED_ARCH[kernel.target]
-    values.update({
-        "arch_tag": arch_tag, "arch_name": arch_name, "cutlass_example": example,
-        "kernel_schedule": CPP_GROUPED_KERNEL_SCHEDULE[schedule],
-        "epilogue_schedule": CPP_GROUPED_EPILOGUE_SCHEDULE[schedule],
-        "groups_name": groups.name,
-        "groups_dtype": groups.dtype.value,
-        "groups_cpp": CPP_INDEX[groups.dtype],
-        "groups_are_sizes": groups.name == "m_sizes",
-        "groups_meaning": "rows per group" if groups.name == "m_sizes" else "cumulative row ends",
-        "ptr_groups": abi.ptr_names.index(groups.name),
-        "col_inputs": col_inputs,
-        "info_json": json.dumps(info, sort_keys=True),
-    })
-    return values

@@ -1,154 +1,19 @@
-"""Render a concrete kernel IR into a CUTLASS C++ translation unit (jinja2, ``templates/*.cu.j2``).
-
-The logic that chooses lives here; the templates are plain C++ with holes (STYLE.md, "Templates").
-Every render uses ``jinja2.StrictUndefined``: a missing value is an error, never an empty string in C++.
-
-One template per (family, target), :data:`TEMPLATES`; what the GEMM templates share (the EVT ``using`` list,
-the nested EVT arguments, the C ABI) lives once in ``templates/_gemm_common.j2``. The generated translation
-unit exports a fixed C ABI:
-``ucut_run(ptrs, scalars, extents, knobs, workspace, workspace_bytes, stream)``, ``ucut_workspace_size``,
-``ucut_can_implement``, ``ucut_info`` (JSON), ``ucut_last_error`` and ``ucut_abi_version``.
-:func:`abi_of` gives the argument order the runtime must follow.
-"""
+"""Rendering of a GEMM: the values of ``templates/sm*_gemm.cu.j2`` — operand types and layouts, the mainloop and
+epilogue schedules, the EVT tree of the epilogue, scale factors."""
 
 from __future__ import annotations
 
-import functools
 import json
-from dataclasses import dataclass
-from importlib import resources
 
-import jinja2
-
-from . import __version__, ir
-from . import arch
-from .errors import CheckError, Diagnostic, UcutError
-from .ir import DType, EpilogueInputKind, GemmKernel, Layout, Schedule, TileScheduler
-
-# 3: a batched kernel's extents end with each operand's batch stride; 4: the knob reduction_mode, and a swapped
-# kernel's extents are (N, M, K)
-ABI_VERSION = 4
-
-# C++ spellings beside the IR's identities (STYLE.md: identity apart from rendering).
-CPP_ELEMENT = {DType.bf16: "cutlass::bfloat16_t", DType.f16: "cutlass::half_t", DType.f32: "float",
-               DType.f8e4m3: "cutlass::float_e4m3_t", DType.f8e5m2: "cutlass::float_e5m2_t",
-               DType.e2m1: "cutlass::float_e2m1_t", DType.ue8m0: "cutlass::float_ue8m0_t",
-               DType.ue4m3: "cutlass::float_ue4m3_t"}
-CPP_LAYOUT = {"row": "cutlass::layout::RowMajor", "col": "cutlass::layout::ColumnMajor"}
-CPP_KERNEL_SCHEDULE = {
-    Schedule.cooperative: "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
-    Schedule.pingpong: "cutlass::gemm::KernelTmaWarpSpecializedPingpong",
-    Schedule.warpspecialized: "cutlass::gemm::KernelTmaWarpSpecialized",
-    Schedule.warpspecialized_1sm: "cutlass::gemm::KernelTmaWarpSpecialized1SmSm100",
-    Schedule.warpspecialized_2sm: "cutlass::gemm::KernelTmaWarpSpecialized2SmSm100",
-    Schedule.cooperative_fp8_fastaccum: "cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum",
-    Schedule.pingpong_fp8_fastaccum: "cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum",
-    Schedule.warpspecialized_fp8_fastaccum: "cutlass::gemm::KernelTmaWarpSpecializedFP8FastAccum",
-}
-# On SM90, EpilogueScheduleAuto picks NoSmemWarpSpecialized, which rejects any EVT: name a TMA one. On SM100
-# the TMA epilogue must match the MMA's 1SM/2SM (sm100_builder.inl:1145-1147 "unsupported schedule").
-CPP_EPILOGUE_SCHEDULE = {
-    Schedule.cooperative: "cutlass::epilogue::TmaWarpSpecializedCooperative",
-    Schedule.pingpong: "cutlass::epilogue::TmaWarpSpecialized",
-    Schedule.warpspecialized: "cutlass::epilogue::TmaWarpSpecialized",
-    Schedule.warpspecialized_1sm: "cutlass::epilogue::TmaWarpSpecialized1Sm",
-    Schedule.warpspecialized_2sm: "cutlass::epilogue::TmaWarpSpecialized2Sm",
-}
-# a or b aligned below 16 bytes: TMA cannot load them; CUTLASS's cp.async mainloops take the same schedules.
-CPP_CP_ASYNC_KERNEL_SCHEDULE = {
-    Schedule.cooperative: "cutlass::gemm::KernelCpAsyncWarpSpecializedCooperative",
-    Schedule.pingpong: "cutlass::gemm::KernelCpAsyncWarpSpecializedPingpong",
-    Schedule.warpspecialized: "cutlass::gemm::KernelCpAsyncWarpSpecialized",
-}
-# c or d aligned below 16 bytes: TMA cannot store them; the no-smem epilogue runs fusion::LinearCombination.
-CPP_NO_SMEM_EPILOGUE_SCHEDULE = "cutlass::epilogue::NoSmemWarpSpecialized"
-CPP_EPILOGUE_SCHEDULE.update({s: CPP_EPILOGUE_SCHEDULE[s.base] for s in Schedule if s.fp8_fastaccum})
-# Blockwise-scaled FP8 on sm90 (CUTLASS example 67; the builder's blockwise path, sm90_gmma_builder.inl:1066-1170).
-CPP_BLOCKWISE_KERNEL_SCHEDULE = {
-    Schedule.cooperative: "cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum",
-    Schedule.pingpong: "cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8BlockScaledAccum",
-}
-# Block-scaled tcgen05 on sm100 (CUTLASS example 72): the input pair type of each format.
-CPP_BLOCK_SCALED_PAIR = {"nvfp4": "cutlass::nv_float4_t", "mxfp8": "cutlass::mx_float8_t"}
-CPP_TILE_SCHEDULER = {
-    TileScheduler.persistent: "cutlass::gemm::PersistentScheduler",
-    TileScheduler.stream_k: "cutlass::gemm::StreamKScheduler",
-}
-CPP_UNARY = {
-    "relu": "cutlass::epilogue::thread::ReLu",
-    "gelu": "cutlass::epilogue::thread::GELU",  # erf form, = torch gelu(approximate="none")
-    "gelu_tanh": "cutlass::epilogue::thread::GELU_taylor",  # tanh form, = torch gelu(approximate="tanh")
-    "silu": "cutlass::epilogue::thread::SiLu",
-    "sigmoid": "cutlass::epilogue::thread::Sigmoid",
-    "tanh": "cutlass::epilogue::thread::Tanh",
-}
-CPP_BINARY = {"+": "cutlass::plus", "-": "cutlass::minus", "*": "cutlass::multiplies"}
-IDENTITY = "cutlass::epilogue::thread::Identity"
-# Reductions (Sm90ColReduction / Sm90RowReduction): the functor used in registers, across lanes and across CTAs
-# (non-atomic, FinalReduction: the last CTA of a row of tiles reduces the others' partials from the workspace,
-# so the output needs no initialisation), and the identity each starts from. UcutMaximum is declared in the
-# template: cutlass::maximum has a second (NaN) parameter, and the nodes take a one-parameter template.
-CPP_REDUCE = {"sum": ("cutlass::plus", "ElementCompute(0)"),
-              "max": ("UcutMaximum", "-cutlass::platform::numeric_limits<ElementCompute>::infinity()")}
-
-
-@dataclass(frozen=True)
-class Abi:
-    """Argument order of a compiled kernel's ``ucut_run``.
-
-    Attributes:
-        ptr_names: names of the device pointers in ``ptrs`` order: ``a``, ``b``, [``c``], ``d``, then
-            the epilogue's tensor inputs, then its extra outputs (``->``), each in declaration order.
-        scalar_names: epilogue scalars passed at run time (as double) in ``scalars`` order.
-        extents: the order of ``extents``: ``M``, ``N``, ``K``; a batched kernel adds ``L`` (the batch count) and
-            ``batch_stride_a``, ``batch_stride_b``, [``batch_stride_c``], ``batch_stride_d``: elements between two
-            batches of each operand, read from the tensors (a slice's batches are not packed; a shared b: 0).
-        knobs: the run-time settings in ``knobs`` order (:data:`ucutlass.ir.RUNTIME_SETTINGS`).
-    """
-
-    ptr_names: tuple[str, ...]
-    scalar_names: tuple[str, ...]
-    extents: tuple[str, ...] = ("M", "N", "K")
-    knobs: tuple[str, ...] = ir.RUNTIME_SETTINGS
-
-
-def epilogue_args(kernel: GemmKernel) -> tuple[list[str], list[str]]:
-    """The epilogue inputs' entry-point arguments, in declaration order: (tensor inputs, passed as pointers;
-    scalars read from the problem, passed as doubles). Literal scalars are compiled in and pass nothing."""
-    ptrs: list[str] = []
-    scalars: list[str] = []
-    for inp in kernel.epilogue_inputs:
-        if inp.kind is EpilogueInputKind.scalar:
-            if inp.value is None:
-                scalars.append(inp.name)
-        else:
-            ptrs.append(inp.name)
-    return ptrs, scalars
-
-
-def abi_of(kernel: GemmKernel) -> Abi:
-    """The ABI of ``kernel``'s generated entry point. Pointers and scalars are named as the `.ucut` declares them
-    whether or not the kernel swaps AB; a swapped kernel (:func:`ucutlass.arch.resolve_swap_ab`) takes its extents in
-    CUTLASS's order for Dᵀ = B·Aᵀ, ``("N", "M", "K")``."""
-    if kernel.family == "grouped_gemm":  # a, b, d, epilogue inputs, the group operand; extents M, N, K, G
-        from .grouped import grouped_abi
-        return grouped_abi(kernel)
-    inputs, scalars = epilogue_args(kernel)
-    ptrs = [op.name for op in kernel.operands] + inputs
-    ptrs += [out.name for out in kernel.epilogue_outputs]
-    ptrs += [s.name for s in kernel.scales]
-    extents = ("N", "M", "K") if arch.resolve_swap_ab(kernel) else ("M", "N", "K")
-    if kernel.batch:
-        extents += ("L", *(f"batch_stride_{op.name}" for op in kernel.operands))
-    return Abi(tuple(ptrs), tuple(scalars), extents)
-
-
-@functools.lru_cache(maxsize=None)
-def _environment() -> jinja2.Environment:
-    loader = jinja2.FunctionLoader(
-        lambda name: (resources.files("ucutlass.templates") / name).read_text(encoding="utf-8"))
-    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, trim_blocks=True,
-                              lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+from .. import __version__, arch, ir
+from ..errors import UcutError
+from ..ir import EpilogueInputKind, GemmKernel, Layout, Schedule, TileScheduler
+from .abi import ABI_VERSION, Abi, abi_of
+from .common import require_renderable
+from .cpp import (CPP_BINARY, CPP_BLOCK_SCALED_KERNEL_SCHEDULE, CPP_BLOCK_SCALED_PAIR, CPP_BLOCKWISE_KERNEL_SCHEDULE,
+                  CPP_CP_ASYNC_KERNEL_SCHEDULE, CPP_ELEMENT, CPP_EPILOGUE_SCHEDULE, CPP_KERNEL_SCHEDULE, CPP_LAYOUT,
+                  CPP_NO_SMEM_EPILOGUE_SCHEDULE, CPP_OP_CLASS, CPP_REDUCE, CPP_SHARED_B_STRIDE, CPP_TILE_SCHEDULER,
+                  CPP_UNARY, IDENTITY)
 
 
 def _cutlass_layout(op: ir.Operand, contiguous_means_row: str) -> str:
@@ -298,29 +163,12 @@ def _layout_b(kernel: GemmKernel) -> str:
     type whose batch mode is a static 0 (cute leaves it out of the TMA descriptor)."""
     k_major = kernel.b.contiguous_dim == "K"
     if kernel.batch and not kernel.b.batch:
-        return "cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>" if k_major else \
-            "cute::Stride<cute::Int<1>, int64_t, cute::Int<0>>"
+        return CPP_SHARED_B_STRIDE["K" if k_major else "N"]
     return CPP_LAYOUT["col" if k_major else "row"]
 
 
 def _describe(op: ir.Operand) -> str:
     return f"{op.dtype.value}[{', '.join(op.dims)}] {op.layout.value}"
-
-
-def require_renderable(kernel) -> None:
-    """What every render (GEMM, grouped, attention) needs: a concrete kernel that breaks no rule of its target.
-
-    Raises:
-        CheckError: open choices remain (``open-choices``), or the arch rules' errors.
-    """
-    if not kernel.is_concrete():
-        open_ = ", ".join(sorted(kernel.choices()))
-        raise CheckError([Diagnostic(f"kernel {kernel.name!r} still has open choices ({open_}); pick values "
-                                     "(ucutlass tune does, or ucutlass compile --pick KEY=VALUE) before compiling",
-                                     kernel.pos, code="open-choices")])
-    problems = [d for d in arch.check_kernel(kernel) if d.severity == "error"]
-    if problems:
-        raise CheckError(problems)
 
 
 def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
@@ -419,7 +267,7 @@ def template_values(kernel: GemmKernel, source_file: str = "<string>") -> dict:
 
 def _scale_values(kernel: GemmKernel, abi: Abi, schedule: Schedule) -> dict:
     """Template values of the scale factors: the blockwise (sm90) or block-scaled (sm100) mainloop, if any."""
-    values: dict = {"block_scaled": False, "op_class": "cutlass::arch::OpClassTensorOp"}
+    values: dict = {"block_scaled": False, "op_class": CPP_OP_CLASS["tensor"]}
     if not kernel.blockwise:
         return values
     sa, sb = kernel.scale_a, kernel.scale_b
@@ -436,33 +284,7 @@ def _scale_values(kernel: GemmKernel, abi: Abi, schedule: Schedule) -> dict:
     suffix = arch.sm100.BLOCK_SCALED_FORMATS[fmt][3]  # type: ignore[index]
     sms = "2Sm" if schedule is Schedule.warpspecialized_2sm else "1Sm"
     pair = CPP_BLOCK_SCALED_PAIR[fmt]  # type: ignore[index]
-    values.update(op_class="cutlass::arch::OpClassBlockScaledTensorOp", element_sf=CPP_ELEMENT[sa.dtype],
+    values.update(op_class=CPP_OP_CLASS["block_scaled"], element_sf=CPP_ELEMENT[sa.dtype],
                   element_pair_a=f"{pair}<ElementA>", element_pair_b=f"{pair}<ElementB>",
-                  kernel_schedule=f"cutlass::gemm::KernelTmaWarpSpecialized{sms}{suffix}Sm100")
+                  kernel_schedule=CPP_BLOCK_SCALED_KERNEL_SCHEDULE.format(sms=sms, suffix=suffix))
     return values
-
-
-TEMPLATES = {("gemm", ir.Target.sm90): "sm90_gemm.cu.j2", ("gemm", ir.Target.sm100): "sm100_gemm.cu.j2",
-             ("grouped_gemm", ir.Target.sm90): "sm90_grouped_gemm.cu.j2",
-             ("grouped_gemm", ir.Target.sm100): "sm100_grouped_gemm.cu.j2"}
-
-
-def render(kernel: GemmKernel, source_file: str = "<string>") -> str:
-    """C++ source of one translation unit for a concrete, checked kernel.
-
-    Raises:
-        CheckError: open choices remain or an arch rule is broken (nothing is rendered).
-        UcutError: no template for the kernel's family and target.
-    """
-    if kernel.family == "attention":  # FMHA kernels render in their own module (templates/sm*_fmha.cu.j2)
-        from .attention import render as render_attention
-        return render_attention(kernel, source_file)
-    key = (kernel.family, kernel.target)
-    if key not in TEMPLATES:
-        raise UcutError(f"no template for {kernel.family} on {kernel.target.value}; "
-                        f"available: {', '.join(f'{f} {t.value}' for f, t in TEMPLATES)}")
-    template = _environment().get_template(TEMPLATES[key])
-    if kernel.family == "grouped_gemm":  # ptr-array grouped GEMM: the GEMM values plus the group arrays
-        from .grouped import grouped_template_values
-        return template.render(**grouped_template_values(kernel, source_file))
-    return template.render(**template_values(kernel, source_file))

@@ -1,0 +1,58 @@
+"""Rendering of an attention (FMHA forward) kernel: the values of ``templates/sm*_fmha.cu.j2``.
+
+The kernels are CUTLASS's FMHA collectives, used from the installed ``nvidia-cutlass`` wheel and never copied:
+sm90 builds ``cutlass::fmha::kernel::FmhaBuilder`` of ``examples/88_hopper_fmha``, sm100 the
+``Sm100FmhaFwdKernelTmaWarpspecialized`` of ``examples/77_blackwell_fmha``; the two sets of headers never meet in one
+translation unit.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .. import __version__, arch
+from ..ir import EXTENTS, AttentionKernel, Schedule
+from .abi import ABI_VERSION, abi_of
+from .common import require_renderable
+from .cpp import CPP_DEFAULT_SOFTMAX_SCALE, CPP_ELEMENT
+
+
+def template_values(kernel: AttentionKernel, source_file: str = "<string>") -> dict:
+    """The values one render of ``sm90_fmha.cu.j2`` / ``sm100_fmha.cu.j2`` takes.
+
+    Raises:
+        CheckError: open choices remain, or an arch rule is broken.
+    """
+    require_renderable(kernel)
+    rules = arch.rules_for(kernel)
+    schedule = rules.resolve_schedule(kernel)
+    persistent = rules.resolve_persistent(kernel)
+    stages = kernel.stages
+    abi = abi_of(kernel)
+    info = {"abi": ABI_VERSION, "name": kernel.name, "config": kernel.config_name(), "family": "attention",
+            "target": kernel.target.value, "ptrs": list(abi.ptr_names), "scalars": [], "extents": list(EXTENTS),
+            "digest": kernel.digest(), "knobs": []}
+    return {
+        "ucutlass_version": __version__,
+        "source_file": source_file,
+        "name": kernel.name,
+        "config_name": kernel.config_name(),
+        "operands_desc": "   ".join(f"{op.name.upper()}: {op.dtype.value}[{', '.join(op.dims)}]"
+                                    for op in kernel.operands),
+        "element": CPP_ELEMENT[kernel.dtype],
+        "head_dim": kernel.head_dim,
+        "block_q": kernel.tile[0],
+        "block_kv": kernel.tile[1],
+        "causal": kernel.mask == "causal",
+        "bshd": kernel.layout == "bshd",
+        "has_lse": kernel.lse is not None,
+        "scale_expr": (repr(float(kernel.scale)) + "f") if kernel.scale is not None
+        else CPP_DEFAULT_SOFTMAX_SCALE.format(head_dim=kernel.head_dim),
+        "cooperative": schedule is Schedule.cooperative,
+        "persistent": persistent,
+        "stages": stages or 0,
+        "ptr_q": 0, "ptr_k": 1, "ptr_v": 2, "ptr_o": 3,
+        "ptr_lse": abi.ptr_names.index("lse") if kernel.lse is not None else -1,
+        "abi_version": ABI_VERSION,
+        "info_json": json.dumps(info, sort_keys=True),
+    }
