@@ -16,8 +16,9 @@ from ucutlass import dsl, runtime
 from ucutlass.bind import bind
 from ucutlass.cli import main
 from ucutlass.codegen import abi_of, render
-from ucutlass.dispatch import (LOADER, describe, dispatch_callable, dispatch_solution, kernel_block, pick,
-                               render_dispatch)
+from ucutlass.dispatch import kernel_block, render_dispatch
+from ucutlass.runtime import describe, dispatch_callable, pick
+from ucutlass.solution import LOADER, dispatch_solution
 from ucutlass.errors import KernelRuntimeError, UcutSyntaxError
 from ucutlass.problem import find_problem
 
