@@ -17,7 +17,7 @@ import math
 from typing import Any, Sequence
 
 from ..errors import KernelRuntimeError
-from ..ir import EpilogueInputKind, GroupedGemmKernel, IndexType, Layout  # front names (one place to repoint)
+from ..ir import EpilogueInputKind, IndexType, Layout  # front names (one place to repoint)
 from .device import check_device
 from .gemm import CompiledKernel
 
