@@ -17,10 +17,10 @@ from ucutlass.bind import bind
 from ucutlass.cli import main
 from ucutlass.codegen import abi_of, render
 from ucutlass.dispatch import kernel_block, render_dispatch
-from ucutlass.runtime import describe, dispatch_callable, pick
-from ucutlass.solution import LOADER, dispatch_solution
 from ucutlass.errors import KernelRuntimeError, UcutSyntaxError
 from ucutlass.problem import find_problem
+from ucutlass.runtime import describe, dispatch_callable, pick
+from ucutlass.solution import LOADER, dispatch_solution
 
 REPO = Path(__file__).resolve().parents[1]
 PROBLEM = "o_proj_residual_llama3_1_8b"  # output = attn_output · o_proj_weightᵀ + residual, M = batch·seq
