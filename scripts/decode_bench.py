@@ -21,7 +21,7 @@ import time
 from ucutlass.lang import parse
 from ucutlass.problem import find_problem
 from ucutlass.search import plan
-from ucutlass.search.measure import solution_for
+from ucutlass.solution import solution_for
 
 SPEC = """
 kernel gemm : gemm {

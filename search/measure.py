@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable, Sequence
 
 from ucutlass.build import BuildResult, build_kernels
-from ucutlass.dispatch import dispatch_solution
 from ucutlass.grader import Grader, SolutionRef
 from ucutlass.ir import Program
 from ucutlass.problem import Workload
+from ucutlass.solution import dispatch_solution, solution_for
 
 from .tuner import Candidate, Outcome
-
-RUNTIME_LOADER = "ucutlass.runtime:load_solution"
-
-
-def solution_for(so_path: Path | str, source: str, file: str, kernel: str | None, name: str) -> SolutionRef:
-    """A grader recipe for a compiled `.ucut` kernel (built into a callable in the grader's worker)."""
-    return SolutionRef(name=name, loader=RUNTIME_LOADER,
-                       payload={"so_path": str(so_path), "source": source, "file": file, "kernel": kernel},
-                       destination_passing=True)
 
 
 class NvccBuilder:

@@ -126,7 +126,7 @@ class FakeMeasure:
 
     def dispatch(self, program, builds, workloads):
         """Each workload timed with the kernel of the dispatch that serves its M."""
-        from ucutlass.dispatch import pick
+        from ucutlass.runtime import pick
 
         kernels = program.dispatch()
         self.dispatches.append([k.name for k in kernels])

@@ -382,7 +382,7 @@ def test_tuner_picks_the_fastest_attention_config(sampler):
 
 def test_sm90_needs_sq_a_multiple_of_8():
     """Example 88's can_implement refuses Sq % 8 != 0 (16-byte TMA rows of Q); the runtime says so before a launch."""
-    from ucutlass.attention_runtime import extents_of
+    from ucutlass.runtime import extents_of
 
     k90 = one(attn("mask = causal"))
     shapes = {n: (1, 77, 2, 128) for n in ("q", "o")} | {n: (1, 77, 1, 128) for n in ("k", "v")}

@@ -1,4 +1,4 @@
-"""Per-shape dispatch (ucutlass.dispatch): `when` in the language, its errors, the per-call kernel choice, the
+"""Per-shape dispatch (ucutlass.lang.dispatch, ucutlass.runtime.dispatch, ucutlass.solution): `when` in the language, its errors, the per-call kernel choice, the
 dispatch program the tuner writes, the grader's loader and the command line on one. CPU only: compiled kernels
 are faked (tests/test_dispatch_gpu.py runs a real dispatch on the H200)."""
 
@@ -16,10 +16,11 @@ from ucutlass import arch, lang, runtime
 from ucutlass.bind import bind
 from ucutlass.cli import main
 from ucutlass.codegen import abi_of, render
-from ucutlass.dispatch import LOADER, describe, dispatch_callable, dispatch_solution, pick
 from ucutlass.lang import kernel_block, render_dispatch
 from ucutlass.errors import KernelRuntimeError, UcutSyntaxError
 from ucutlass.problem import find_problem
+from ucutlass.runtime import describe, dispatch_callable, pick
+from ucutlass.solution import LOADER, dispatch_solution
 
 REPO = Path(__file__).resolve().parents[1]
 PROBLEM = "o_proj_residual_llama3_1_8b"  # output = attn_output · o_proj_weightᵀ + residual, M = batch·seq

@@ -12,10 +12,10 @@ import pytest
 from gpu_build import poisoned, randn, rel_err  # tests/ is on sys.path for its own modules
 from ucutlass.bind import bind
 from ucutlass.build import build_kernels
-from ucutlass.dispatch import dispatch_solution
 from ucutlass.lang import parse
 from ucutlass.problem import find_problem
 from ucutlass.runtime import load_solution
+from ucutlass.solution import dispatch_solution
 
 torch = pytest.importorskip("torch")
 

@@ -148,7 +148,7 @@ def test_matches_torch_for_the_shipped_problem_binding(kernels, tmp_path):
     from ucutlass.lang import parse_file as pf
     from ucutlass.grader import Grader
     from ucutlass.problem import find_problem
-    from ucutlass.search.measure import solution_for
+    from ucutlass.solution import solution_for
 
     problem = find_problem("o_proj_residual_llama3_1_8b")
     program = pf(problem.spec_path).resolve({"o_proj.tile": "128x128x64", "o_proj.cluster": "1x1x1",

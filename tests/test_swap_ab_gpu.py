@@ -246,7 +246,7 @@ def test_a_swapped_kernel_passes_the_grader_on_a_shipped_problem(kernel_cache):
     from ucutlass.build import build_kernels
     from ucutlass.grader import Grader
     from ucutlass.problem import find_problem
-    from ucutlass.search.measure import solution_for
+    from ucutlass.solution import solution_for
 
     problem = find_problem("o_proj_residual_llama3_1_8b")
     picks = {"tile": "128x32x128", "cluster": "2x1x1", "schedule": "cooperative", "scheduler": "stream_k",

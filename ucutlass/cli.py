@@ -176,7 +176,7 @@ def cmd_check(args) -> int:
         if not errors and not kernel.choices():
             text.append(f"{args.file}: kernel {kernel.name}: ok ({kernel.config_name()})")
     if program.dispatch():  # one solution: each call runs the first kernel whose `when` holds
-        from .dispatch import describe
+        from .runtime import describe
 
         chain = program.dispatch()
         text.append(f"{args.file}: {describe(chain, bound_extents.get(chain[-1].name))}")
@@ -191,7 +191,7 @@ def cmd_check(args) -> int:
 def _served_in_dispatch(program, kernel, extents: list[dict]) -> list[dict] | None:
     """The extents (one per workload) that ``kernel`` runs in its program's dispatch, or None when it is not
     part of one."""
-    from .dispatch import pick
+    from .runtime import pick
 
     chain = program.dispatch()
     if not chain or kernel.name not in [k.name for k in chain]:
@@ -356,12 +356,13 @@ def _solution_for_file(path: str, problem, args):
     print(f"compiling {', '.join(k.config_name() for k in bound)} …", file=sys.stderr)
     results = [raise_for(r) for r in build_kernels(bound, source_file=path, sources=[program.source] * len(bound))]
     if dispatch:
-        from .dispatch import describe, dispatch_solution
+        from .runtime import describe
+        from .solution import dispatch_solution
 
         print(describe(bound), file=sys.stderr)
         return dispatch_solution({k.name: r.so_path for k, r in zip(bound, results)}, program.source, path,
                                  f"{Path(path).stem} ({', '.join(k.name for k in bound)})")
-    from .search.measure import solution_for
+    from .solution import solution_for
 
     return solution_for(results[0].so_path, program.source, path, bound[0].name, bound[0].config_name())
 

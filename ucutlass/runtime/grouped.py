@@ -1,4 +1,4 @@
-"""Call a compiled grouped GEMM (``kernel NAME : grouped_gemm``) on torch tensors.
+"""The grouped GEMM family's launcher: a compiled ``kernel NAME : grouped_gemm`` called on torch tensors.
 
 The shared object exports the same C ABI as a GEMM (``ucut_run``, ``ucut_workspace_size``, …; see
 ``templates/_grouped_gemm.j2``) with extents (M, N, K, G) and the group operand as the last pointer. A call
@@ -16,11 +16,12 @@ import ctypes
 import math
 from typing import Any, Sequence
 
-from .errors import KernelRuntimeError
-from .ir import EpilogueInputKind, GroupedGemmKernel, IndexType, Layout
-from .runtime import CompiledKernel, check_device
+from ..errors import KernelRuntimeError
+from ..ir import EpilogueInputKind, IndexType, Layout
+from .device import check_device
+from .gemm import CompiledKernel
 
-__all__ = ["GroupedCompiledKernel"]
+__all__ = ["GroupedCompiledKernel", "index_type_of"]
 
 
 class GroupedCompiledKernel(CompiledKernel):
@@ -37,10 +38,17 @@ class GroupedCompiledKernel(CompiledKernel):
         KernelRuntimeError: bad arguments (named), or the kernel's status code with CUTLASS's message.
     """
 
-    def __init__(self, so_path, kernel: GroupedGemmKernel):
-        if kernel.family != "grouped_gemm":
-            raise KernelRuntimeError(f"{kernel.name} is a {kernel.family} kernel, not a grouped_gemm")
-        super().__init__(so_path, kernel)
+    family = "grouped_gemm"
+    #: re-checked at every call: what TMA reads (the group operand is read by the setup kernel; the epilogue
+    #: vectors' pointers are checked when a call's shapes are first planned)
+    aligned = frozenset({"a", "b", "d"})
+
+    def _is_empty(self, sizes) -> bool:
+        return sizes[0] == 0 or sizes[1] == 0 or sizes[3] == 0
+
+    def _describe(self, sizes) -> str:
+        m, n, k, g = sizes
+        return f"M={m} N={n} K={k} G={g}"
 
     # --- argument checks ---------------------------------------------------------------------------
 
@@ -146,43 +154,7 @@ class GroupedCompiledKernel(CompiledKernel):
 
     def can_implement(self, m: int, n: int, k: int, g: int = 1) -> tuple[bool, str]:  # type: ignore[override]
         """Whether CUTLASS accepts extents (M, N, K, G); the reason when it does not."""
-        ext = (ctypes.c_int64 * 4)(m, n, k, g)
-        rc = self._lib.ucut_can_implement(ext, self._knobs)
-        return rc == 0, "" if rc == 0 else self._lib.ucut_last_error().decode()
-
-    def call(self, values: Sequence[Any]) -> None:
-        """Launch with arguments in ABI order (pointers, then scalars) on the current stream; see
-        :meth:`CompiledKernel.call`. Nothing runs when M, N or G is 0.
-
-        Raises:
-            KernelRuntimeError: as :meth:`CompiledKernel.__call__`.
-        """
-        import torch
-
-        n_ptrs = len(self.abi.ptr_names)
-        tensors = values[:n_ptrs]
-        device, ext, nbytes, (m, n, kk, g) = self._cached_plan(values)
-        if m == 0 or n == 0 or g == 0:
-            return
-        addresses = [t.data_ptr() for t in tensors]
-        for name, p in zip(self.abi.ptr_names, addresses):
-            if p % 16 and name in ("a", "b", "d"):
-                raise KernelRuntimeError(f"{name}: data pointer is not 16-byte aligned (a sliced view?); "
-                                         "pass a fresh or .contiguous() tensor")
-        ptrs = (ctypes.c_void_p * n_ptrs)(*addresses)
-        scalars = (ctypes.c_double * max(1, len(self.abi.scalar_names)))(*[float(v) for v in values[n_ptrs:]])
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        if torch.cuda.current_device() != index:
-            with torch.cuda.device(index):
-                rc = self._launch(index, ptrs, scalars, ext, nbytes)
-        else:
-            rc = self._launch(index, ptrs, scalars, ext, nbytes)
-        if rc != 0:
-            from .runtime import _status_text
-
-            msg = self._lib.ucut_last_error().decode()
-            raise KernelRuntimeError(f"{self.kernel.name} ({self.kernel.config_name()}) failed on M={m} N={n} K={kk} "
-                                     f"G={g}: status {rc} ({_status_text(rc)}): {msg}")
+        return self._can_implement_array((ctypes.c_int64 * 4)(m, n, k, g))
 
     def check_groups(self, groups: Any, m: int) -> None:
         """Check a group operand on the host (this synchronises): sizes >= 0 summing to ``m``, or non-decreasing

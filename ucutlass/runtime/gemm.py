@@ -1,75 +1,28 @@
-"""Load a compiled kernel (.so) with ctypes and call it on torch tensors.
+"""The GEMM family's launcher: a compiled ``kernel NAME : gemm`` called on torch tensors.
 
 The shared object exports the C ABI of the GEMM templates (``templates/_gemm_common.j2``; see
-:mod:`ucutlass.codegen`). Calls go on the current torch CUDA stream of the tensors' device; the workspace
-comes from torch's allocator. Everything a kernel would reject later (the GPU's architecture, device,
-dtype, shape, strides, 16-byte alignment) is checked first and reported with the operand's name.
-
-Kernels are compiled for an arch-specific target (``sm_90a``, ``sm_100a``), whose code runs only on GPUs of
-exactly that compute capability (CUDA C++ Programming Guide, "Feature Set Compiler Targets": ``a``
-targets are not forward compatible): :func:`check_device` refuses, before any launch, an sm100 kernel on
-an H200 or an sm90 kernel on a B200.
+:mod:`ucutlass.codegen`); loading, the plan cache, the workspace and the launch are :class:`.base.KernelLauncher`'s.
+This module checks a call's tensors (device, dtype, shape, strides, 16-byte alignment, batch strides, scale factors)
+into the ABI's extents, and reports anything a kernel would reject later with the operand's name.
 """
 
 from __future__ import annotations
 
 import ctypes
-import json
 import math
-import os
-import threading
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .arch import canonical
-from .codegen import ABI_VERSION, Abi, abi_of
-from .errors import KernelRuntimeError
-from .ir import DType, EpilogueInputKind, GemmKernel, Layout, RasterOrder, ReductionMode, Target
+# front names this module uses (one place to repoint)
+from ..arch import canonical
+from ..codegen import ABI_VERSION, Abi, abi_of
+from ..errors import KernelRuntimeError
+from ..ir import DType, EpilogueInputKind, GemmKernel, Layout, RasterOrder, ReductionMode, Target, split_dim
+from .base import KernelLauncher
+from .device import check_device
 
-#: The compute capability whose GPUs run each target's code, and how to name the target in messages.
-TARGET_CAPABILITY: dict[Target, tuple[int, int]] = {Target.sm90: (9, 0), Target.sm100: (10, 0)}
-TARGET_NAME: dict[Target, str] = {Target.sm90: "Hopper, sm_90a", Target.sm100: "Blackwell, sm_100a"}
-
-
-def device_mismatch(target: Target, device: Any = None) -> str | None:
-    """Why a kernel built for ``target`` cannot run on ``device`` (a CUDA device or index; None: the current
-    one), or None when it can. Needs CUDA; ``torch.cuda.get_device_capability`` tells the GPU's arch."""
-    import torch
-
-    major, minor = torch.cuda.get_device_capability(device)
-    if (major, minor) == TARGET_CAPABILITY[target]:
-        return None
-    return (f"kernel built for {target.value} ({TARGET_NAME[target]}); this GPU is sm_{major}{minor} "
-            f"({torch.cuda.get_device_name(device)}): compile only here")
-
-
-def check_device(target: Target, device: Any = None) -> None:
-    """Raise :class:`KernelRuntimeError` when a kernel built for ``target`` cannot run on ``device``.
-
-    Example message: ``kernel built for sm100 (Blackwell, sm_100a); this GPU is sm_90 (NVIDIA H200):
-    compile only here``.
-    """
-    why = device_mismatch(target, device)
-    if why:
-        raise KernelRuntimeError(why)
-
-
-_STATUS_RANGES = (
-    (100, "can_implement rejected the arguments"),
-    (150, "workspace too small"),
-    (200, "initialize failed"),
-    (300, "run failed"),
-    (400, "CUDA launch error"),
-    (500, "C++ exception"),
-)
-
-
-def _status_text(rc: int) -> str:
-    what = "error"
-    for base, text in _STATUS_RANGES:
-        if rc >= base:
-            what = text
-    return what
+#: ``raster`` and ``reduction_mode`` as the ``knobs`` array codes them (``templates/_gemm_common.j2``).
+RASTER_CODE = {RasterOrder.auto: 0, RasterOrder.along_m: 1, RasterOrder.along_n: 2}
+REDUCTION_CODE = {ReductionMode.deterministic: 0, ReductionMode.nondeterministic: 1}
 
 
 def extent_values(abi: Abi, m: int, n: int, k: int, l: int = 1, batch_strides: Mapping[str, int] | None = None,
@@ -90,7 +43,7 @@ def extent_values(abi: Abi, m: int, n: int, k: int, l: int = 1, batch_strides: M
     return values
 
 
-class CompiledKernel:
+class CompiledKernel(KernelLauncher):
     """A compiled GEMM kernel loaded from its shared object.
 
     Call it with torch tensors by operand name (destination passing: ``d`` is written in place)::
@@ -106,45 +59,34 @@ class CompiledKernel:
         KernelRuntimeError: bad arguments (named), or the kernel's status code with CUTLASS's message.
     """
 
-    def __init__(self, so_path: str | os.PathLike, kernel: GemmKernel):
-        self.so_path = Path(so_path)
-        self.kernel = kernel
-        self.abi: Abi = abi_of(kernel)
-        try:
-            lib = ctypes.CDLL(str(self.so_path))  # RTLD_LOCAL: each kernel keeps its own symbols
-        except OSError as e:
-            raise KernelRuntimeError(f"cannot load {self.so_path}: {e}") from None
-        self._lib = lib
-        lib.ucut_abi_version.restype = ctypes.c_int
-        if lib.ucut_abi_version() != ABI_VERSION:
-            raise KernelRuntimeError(f"{self.so_path} has ABI {lib.ucut_abi_version()}, this ucutlass "
-                                     f"expects {ABI_VERSION}: rebuild it")
-        lib.ucut_info.restype = ctypes.c_char_p
-        lib.ucut_last_error.restype = ctypes.c_char_p
-        lib.ucut_workspace_size.restype = ctypes.c_size_t
-        i64p = ctypes.POINTER(ctypes.c_int64)
-        lib.ucut_workspace_size.argtypes = [i64p, i64p]
-        lib.ucut_can_implement.restype = ctypes.c_int
-        lib.ucut_can_implement.argtypes = [i64p, i64p]
-        lib.ucut_run.restype = ctypes.c_int
-        lib.ucut_run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_double), i64p, i64p,
-                                 ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-        self.info = json.loads(lib.ucut_info().decode())
-        if list(self.info.get("ptrs", [])) != list(self.abi.ptr_names) or \
-                self.info.get("digest") != canonical(kernel).build_digest():  # swap_ab = auto as the rules decide
-            raise KernelRuntimeError(f"{self.so_path} was built from another kernel "
-                                     f"({self.info.get('config')}) than {kernel.config_name()}")
-        # Run-time settings (split_k, raster, swizzle) of this kernel, in the ABI's knobs order.
-        raster_code = {RasterOrder.auto: 0, RasterOrder.along_m: 1, RasterOrder.along_n: 2}
-        reduction_code = {ReductionMode.deterministic: 0, ReductionMode.nondeterministic: 1}
-        values = {"split_k": kernel.split_k, "raster": raster_code[kernel.raster], "swizzle": kernel.swizzle,
-                  "reduction_mode": reduction_code[kernel.reduction_mode]}
-        self._knobs = (ctypes.c_int64 * len(self.abi.knobs))(*[values[k] for k in self.abi.knobs])
-        self._workspaces: dict[int, Any] = {}
-        self._plans: dict[tuple, tuple] = {}  # checked argument signatures -> launch plan
-        self._lock = threading.Lock()
+    family = "gemm"
+    output = "d"
+    abi_version = ABI_VERSION
+
+    def __init__(self, so_path, kernel: GemmKernel):
+        super().__init__(so_path, kernel)
         # epilogue inputs and extra outputs (-> in the epilogue) by name: checked alike, in ABI order
         self._inputs = {i.name: i for i in (*kernel.epilogue_inputs, *kernel.epilogue_outputs)}
+
+    def _abi_of(self, kernel: GemmKernel) -> Abi:
+        return abi_of(kernel)
+
+    def _expected_digest(self) -> str:
+        return canonical(self.kernel).build_digest()  # swap_ab = auto as the rules decide
+
+    def _knob_values(self) -> list[int]:
+        """Run-time settings (split_k, raster, swizzle, reduction_mode) of this kernel, in the ABI's knobs order."""
+        k = self.kernel
+        values = {"split_k": k.split_k, "raster": RASTER_CODE[k.raster], "swizzle": k.swizzle,
+                  "reduction_mode": REDUCTION_CODE[k.reduction_mode]}
+        return [values[name] for name in self.abi.knobs]
+
+    def _is_empty(self, sizes) -> bool:
+        return sizes[0] == 0 or sizes[1] == 0
+
+    def _describe(self, sizes) -> str:
+        m, n, k = sizes[:3]
+        return f"M={m} N={n} K={k}"
 
     # --- argument checks ---------------------------------------------------------------------------
 
@@ -289,8 +231,6 @@ class CompiledKernel:
             if t.numel() != 1:
                 raise KernelRuntimeError(f"{name}: a per-tensor scale is one element, got shape {tuple(t.shape)}")
             return
-        from .ir import Target, split_dim
-
         sizes = []
         for dim in scale.dims:
             base, div = split_dim(dim)
@@ -329,40 +269,7 @@ class CompiledKernel:
 
     def can_implement(self, m: int, n: int, k: int, l: int = 1) -> tuple[bool, str]:
         """Whether CUTLASS accepts extents (M, N, K, batch count L); the reason when it does not."""
-        ext = self._extents(m, n, k, l)
-        rc = self._lib.ucut_can_implement(ext, self._knobs)
-        return rc == 0, "" if rc == 0 else self._lib.ucut_last_error().decode()
-
-    def _workspace(self, index: int, nbytes: int):
-        """A device buffer of at least ``nbytes`` from torch's allocator, kept per device."""
-        buf = self._workspaces.get(index)
-        if buf is None or buf.numel() < nbytes:
-            import torch
-
-            with self._lock:
-                buf = torch.empty(max(nbytes, 256), dtype=torch.uint8, device=f"cuda:{index}")
-                self._workspaces[index] = buf
-        return buf
-
-    def __call__(self, **tensors: Any) -> Any:
-        """Run the kernel; returns ``d`` (written in place).
-
-        Args:
-            tensors: ``a``, ``b``, ``d`` (and ``c``) plus the epilogue inputs by name; scalars as
-                Python numbers.
-
-        Raises:
-            KernelRuntimeError: a missing or unexpected argument, a bad tensor, or a kernel failure.
-        """
-        names = self.abi.ptr_names + self.abi.scalar_names
-        missing = set(names) - tensors.keys()
-        unexpected = tensors.keys() - set(names)
-        if missing or unexpected:
-            raise KernelRuntimeError(f"{self.kernel.name}: arguments are {', '.join(names)}"
-                                     + (f"; missing {sorted(missing)}" if missing else "")
-                                     + (f"; unexpected {sorted(unexpected)}" if unexpected else ""))
-        self.call([tensors[n] for n in names])
-        return tensors["d"]
+        return self._can_implement_array(self._extents(m, n, k, l))
 
     def _plan(self, values: Sequence[Any]) -> tuple:
         """Check every argument (see :meth:`_matrix`); return what a launch needs for these shapes."""
@@ -420,145 +327,13 @@ class CompiledKernel:
         return all(i.kind is EpilogueInputKind.scalar or (i.kind is EpilogueInputKind.row_vector and not i.batch)
                    for i in self._inputs.values())
 
-    def _cached_plan(self, values: Sequence[Any]) -> tuple:
-        """:meth:`_plan` of arguments in ABI order, checked once per set of shapes, strides, dtypes and devices of
-        the tensors and cached (later calls with the same set only re-check pointer alignment: a small GEMM runs in
-        microseconds, so the host path must stay short).
-
-        Raises:
-            KernelRuntimeError: as :meth:`__call__`.
-        """
-        import torch
-
-        n_ptrs = len(self.abi.ptr_names)
-        try:
-            key = tuple((t.shape, t.stride(), t.dtype, t.device) for t in values[:n_ptrs]
-                        if type(t) is torch.Tensor)
-        except AttributeError:
-            key = None
-        plan = self._plans.get(key) if key is not None and len(key) == n_ptrs else None
-        if plan is None:
-            plan = self._plan(values)
-            if key is not None and len(key) == n_ptrs:
-                if len(self._plans) > 256:
-                    self._plans.clear()
-                self._plans[key] = plan
-        return plan
-
     def modes(self, values: Sequence[Any]) -> dict[str, int]:
         """The GEMM modes ``{"M", "N", "K"}`` of a call with these arguments (ABI order), as its launch computes
         them (leading dims folded into M; M = 0 for a batched call with no batches); the plan is cached for the
-        call that follows (:func:`ucutlass.dispatch.dispatch_callable` picks a kernel with it).
+        call that follows (:func:`ucutlass.runtime.dispatch_callable` picks a kernel with it).
 
         Raises:
             KernelRuntimeError: as :meth:`__call__` (the arguments are checked).
         """
         m, n, k = self._cached_plan(values)[3][:3]
         return {"M": m, "N": n, "K": k}
-
-    def call(self, values: Sequence[Any]) -> None:
-        """Launch with arguments in ABI order (:attr:`abi`: pointers, then scalars) on the current stream.
-
-        The first call with a given set of shapes, strides, dtypes and devices checks everything; later
-        calls with the same set only re-check pointer alignment (:meth:`_cached_plan`).
-
-        Raises:
-            KernelRuntimeError: as :meth:`__call__`.
-        """
-        import torch
-
-        n_ptrs = len(self.abi.ptr_names)
-        tensors = values[:n_ptrs]
-        device, ext, nbytes, (m, n, kk) = self._cached_plan(values)
-        if m == 0 or n == 0:
-            return
-        addresses = [t.data_ptr() for t in tensors]
-        if any(p % 16 for p in addresses):
-            bad = self.abi.ptr_names[next(i for i, p in enumerate(addresses) if p % 16)]
-            raise KernelRuntimeError(f"{bad}: data pointer is not 16-byte aligned (a sliced view?); "
-                                     "pass a fresh or .contiguous() tensor")
-        ptrs = (ctypes.c_void_p * n_ptrs)(*addresses)
-        scalars = (ctypes.c_double * max(1, len(self.abi.scalar_names)))(*[float(v) for v in values[n_ptrs:]])
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        if torch.cuda.current_device() != index:
-            with torch.cuda.device(index):
-                rc = self._launch(index, ptrs, scalars, ext, nbytes)
-        else:
-            rc = self._launch(index, ptrs, scalars, ext, nbytes)
-        if rc != 0:
-            msg = self._lib.ucut_last_error().decode()
-            k = self.kernel
-            raise KernelRuntimeError(f"{k.name} ({k.config_name()}) failed on M={m} N={n} K={kk}: "
-                                     f"status {rc} ({_status_text(rc)}): {msg}")
-
-    def _launch(self, index: int, ptrs, scalars, ext, nbytes: int) -> int:
-        import torch
-
-        ws = self._workspace(index, nbytes)
-        try:
-            stream = torch._C._cuda_getCurrentRawStream(index)  # what torch.cuda.current_stream() wraps
-        except AttributeError:  # pragma: no cover - older torch
-            stream = torch.cuda.current_stream(index).cuda_stream
-        return self._lib.ucut_run(ptrs, scalars, ext, self._knobs, ctypes.c_void_p(ws.data_ptr()), ws.numel(),
-                                  ctypes.c_void_p(stream))
-
-
-def load_kernel(so_path: str | os.PathLike, kernel: GemmKernel) -> CompiledKernel:
-    """Load ``so_path`` (built from ``kernel``) as a callable; see :class:`CompiledKernel`."""
-    if getattr(kernel, "family", "gemm") == "attention":  # FMHA: ucutlass.attention_runtime
-        from .attention_runtime import AttentionCompiledKernel
-        return AttentionCompiledKernel(so_path, kernel)  # type: ignore[return-value]
-    if getattr(kernel, "family", "gemm") == "grouped_gemm":  # ptr-array grouped GEMM: ucutlass.grouped_runtime
-        from .grouped_runtime import GroupedCompiledKernel
-        return GroupedCompiledKernel(so_path, kernel)
-    return CompiledKernel(so_path, kernel)
-
-
-def load_solution(payload: Mapping[str, Any], problem: Any):
-    """Grader loader for a compiled `.ucut` solution (``SolutionRef.loader = "ucutlass.runtime:load_solution"``).
-
-    Args:
-        payload: one kernel: ``{"so_path": …, "source": <concrete .ucut text>, "file": …, "kernel": name or None}``;
-            a dispatch (:meth:`ucutlass.ir.Program.dispatch`; :func:`ucutlass.dispatch.dispatch_solution` writes it):
-            ``{"so_paths": {kernel name: path, …}, "source": …, "file": …}``, one .so per kernel of the dispatch.
-        problem: the :class:`ucutlass.problem.Problem` the program binds to.
-
-    Returns:
-        A destination-passing callable ``fn(*inputs, *outputs)`` in the problem's definition order; for a dispatch,
-        each call runs the kernel whose ``when`` its modes meet (:func:`ucutlass.dispatch.dispatch_callable`).
-
-    Raises:
-        KernelRuntimeError: a kernel built for another GPU, a .so that does not load or is missing from
-            ``so_paths``, or ``so_paths`` for a program that is no dispatch.
-    """
-    from .bind import bind
-    from .lang import parse
-
-    program = parse(payload["source"], payload.get("file", "<solution>"))
-    if "so_paths" in payload:
-        kernels = program.dispatch()
-        if not kernels:
-            raise KernelRuntimeError(f"{program.file}: the payload names so_paths, but no kernel has a when "
-                                     "(a dispatch); give one kernel's so_path and kernel instead")
-        missing = [k.name for k in kernels if k.name not in payload["so_paths"]]
-        if missing:
-            raise KernelRuntimeError(f"{program.file}: no .so for kernel(s) {', '.join(missing)} of the dispatch "
-                                     f"(so_paths has {', '.join(payload['so_paths']) or 'none'})")
-    else:
-        kernels = (program.kernel(payload.get("kernel")),)
-    import torch
-
-    if torch.cuda.is_available():
-        for kernel in kernels:
-            check_device(kernel.target)  # refuse before grading starts (the first call would refuse too)
-    runs = []
-    for kernel in kernels:
-        binding = bind(kernel, problem)  # binding.kernel: alignment = auto lowered to what the workloads allow
-        so_path = payload["so_paths"][kernel.name] if "so_paths" in payload else payload["so_path"]
-        runs.append(binding.callable(load_kernel(so_path, getattr(binding, "kernel", kernel))))
-    if "so_paths" not in payload:
-        return runs[0]
-    from .dispatch import dispatch_callable
-
-    # modes from the fallback's plan: every kernel binds the same tensors, so any would give the same ones
-    return dispatch_callable(runs, [k.when for k in kernels], runs[-1].modes)

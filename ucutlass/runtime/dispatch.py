@@ -1,39 +1,19 @@
-"""Per-shape dispatch: several kernels, one per range of M (or N, K), graded and called as one solution.
+"""Per-shape dispatch at run time: which kernel of a dispatch serves a call, and one callable over them all.
 
-One CUTLASS configuration is not the fastest from M = 1 to M = 16384 (cuBLAS, too, picks a kernel per shape).
-A `.ucut` program whose kernels carry ``when`` is a *dispatch*::
-
-    kernel decode : gemm when M <= 64   { … }   # the calls with M ≤ 64
-    kernel mid    : gemm when M <= 1024 { … }   # the other calls with M ≤ 1024
-    kernel large  : gemm { … }                  # the fallback: every other call
-
-Each call runs the first kernel, in file order, whose condition holds for the call's GEMM modes
-(:func:`pick`); the last kernel has no ``when``, and every ``when`` names the same mode. The kernels are gemms
-that bind the same tensors, compute the same epilogue and have one target: they differ only in settings (tile,
-cluster, schedule, stages, scheduler, split_k, …).
-
-This module lowers and checks ``when`` (:func:`lower_dispatch`, called by :mod:`ucutlass.dsl`), chooses the
-kernel of a call (:func:`pick`, :func:`dispatch_callable`), writes a dispatch program from tuned kernels
-(:func:`render_dispatch`, :func:`pin_swap_ab`) and describes one for the grader (:func:`dispatch_solution`) and ``check``
-(:func:`describe`).
+A `.ucut` program whose kernels carry ``when`` is a *dispatch* (the language side, lowering and checking ``when``,
+is :mod:`ucutlass.lang.dispatch`): each call runs the first kernel, in file order, whose condition holds for the call's
+GEMM modes (:func:`pick`); the last kernel has no ``when``. :func:`dispatch_callable` makes the grader's one
+destination-passing callable of the kernels' bound callables; :func:`describe` says how a dispatch splits a mode
+(``ucutlass check`` and ``grade`` print it).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from .ir import GemmKernel
+from ..ir import GemmKernel
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .grader import SolutionRef
-
-#: The grader loader of compiled `.ucut` solutions (a single kernel or a dispatch).
-LOADER = "ucutlass.runtime:load_solution"
-
-
-# --- choosing the kernel of a call ------------------------------------------------------------------------
 
 def pick(kernels_when: Sequence[tuple[str, int] | None], modes: Mapping[str, int]) -> int:
     """Index of the kernel that serves a call: the first whose ``when`` holds (``modes[mode] <= bound``) or has none.
@@ -97,8 +77,6 @@ def dispatch_callable(runs: Sequence[Callable[..., None]], whens: Sequence[tuple
     return fn
 
 
-# --- reports and recipes -----------------------------------------------------------------------------------
-
 def describe(kernels: Sequence[GemmKernel], extents: Sequence[Mapping[str, int]] | None = None) -> str:
     """``dispatch on M: decode (M ≤ 64), mid (M ≤ 1024), large``; with ``extents`` (one per workload) each kernel
     also says how many workloads it serves."""
@@ -112,25 +90,3 @@ def describe(kernels: Sequence[GemmKernel], extents: Sequence[Mapping[str, int]]
             notes.append(f"{served[i]} workload{'' if served[i] == 1 else 's'}")
         parts.append(f"{k.name} ({'; '.join(notes)})" if notes else k.name)
     return f"dispatch on {mode}: {', '.join(parts)}"
-
-
-def dispatch_solution(so_paths: Mapping[str, str | Path], source: str, file: str, name: str) -> "SolutionRef":
-    """A grader recipe for a compiled dispatch: every kernel's shared object, graded as one solution.
-
-    Args:
-        so_paths: ``{kernel name: path of its .so}`` for every kernel of :meth:`~ucutlass.ir.Program.dispatch`,
-            each built from the kernel as bound to the problem (:attr:`ucutlass.bind.Binding.kernel`).
-        source: the concrete `.ucut` text of the dispatch program; ``file``: its name in messages.
-        name: the solution's name in records and tables.
-
-    Returns:
-        A :class:`ucutlass.grader.SolutionRef` with loader ``ucutlass.runtime:load_solution`` and payload
-        ``{"so_paths": {name: path, …}, "source": …, "file": …}`` (destination passing).
-    """
-    from .grader import SolutionRef
-
-    return SolutionRef(name=name, loader=LOADER, destination_passing=True,
-                       payload={"so_paths": {k: str(p) for k, p in so_paths.items()}, "source": source, "file": file})
-
-
-# --- writing a dispatch program ----------------------------------------------------------------------------

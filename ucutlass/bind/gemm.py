@@ -1,4 +1,4 @@
-"""Bind a kernel's operands to a problem's inputs and outputs (``<-`` / ``->`` in `.ucut`).
+"""The GEMM family's binding: a kernel's operands ↔ a problem's inputs and outputs (``<-`` / ``->`` in `.ucut`).
 
 A binding checks, before anything is compiled, that every operand names a tensor of the problem with
 the same dtype, that every problem input and output is used, and that the GEMM modes (M, N, K) come out
@@ -8,8 +8,9 @@ gives M = batch·seq, K = hidden). Batch dims declared on a, b and d (``a : bf16
 as they are: the tensor has exactly those dims (b may have none: one weight for every batch). A slice
 (``a : bf16[B, M, K] row <- hidden_states[:, -keep:]``) binds a view of the tensor (:func:`slice_view`; the call
 applies it, no copy), ``keep`` being an axis of the problem. A kernel with ``alignment = auto`` is bound with the
-largest alignment every workload allows (:func:`resolve_alignment`), and one with ``swap_ab = auto`` swaps AB when
-every workload's M is small (:func:`resolve_swap_ab`): :attr:`Binding.kernel` is what to build.
+largest alignment every workload allows (:func:`auto_alignment`), and one with ``swap_ab = auto`` swaps AB when
+every workload's M is small (:func:`auto_swap_ab`): :attr:`Binding.kernel` is what to build. A grouped GEMM binds
+through :func:`bind_operands` too (:mod:`.grouped`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .arch import resolve_swap_ab as arch_swaps_ab
-from .errors import CheckError, Diagnostic, closest
-from .errors import did_you_mean as _did_you_mean
-from .ir import Choice, DType, EpilogueInputKind, GemmKernel, Layout, Pos
-from .problem import Problem, Workload
+# front names this module uses (one place to repoint)
+from ..arch import largest_alignment
+from ..arch import resolve_swap_ab as arch_swaps_ab
+from ..errors import CheckError, Diagnostic, closest
+from ..errors import did_you_mean as _did_you_mean
+from ..ir import Choice, DType, EpilogueInputKind, GemmKernel, Layout, Pos, split_dim
+from ..problem import Problem, Workload
+from .slice import slice_index, slice_problem, slice_view
 
 
 @dataclass(frozen=True)
@@ -37,64 +41,6 @@ class Slot:
     is_output: bool
     pos: Pos
     slice: tuple[str, ...] = ()  # a view of the tensor: ":", "NAME:", "-NAME:" per leading dim (ir.Operand.slice)
-
-
-def slice_index(entries: Sequence[str], shape: Sequence[int], axes: Mapping[str, int]) -> tuple[slice, ...]:
-    """Python slices of ``entries`` (``":"``, ``"NAME:"`` from axis NAME on, ``"-NAME:"`` the last NAME) for a tensor
-    of ``shape``, the axes' values in ``axes``.
-
-    Raises:
-        ValueError: more entries than dims, or an axis value outside [0, the dim's size].
-    """
-    if len(entries) > len(shape):
-        raise ValueError(f"{len(entries)} slice entries for a {len(shape)}-D tensor")
-    index = []
-    for entry, size in zip(entries, shape):
-        start = entry[:-1]
-        if not start:
-            index.append(slice(None))
-            continue
-        value = int(axes[start.lstrip("-")])
-        if not 0 <= value <= size:
-            raise ValueError(f"{entry} takes {start.lstrip('-')} = {value} of a dim of size {size}")
-        index.append(slice(size - value if start.startswith("-") else value, None))
-    return tuple(index)
-
-
-def slice_view(entries: Sequence[str], shape: Sequence[int], axes: Mapping[str, int]
-               ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """(offset, shape, strides), in elements, of the view ``entries`` takes of a contiguous tensor of ``shape``
-    (``[:, -keep:]`` of [B, S, K]: offset (S - keep)·K, shape [B, keep, K], strides (S·K, K, 1)).
-
-    Raises:
-        ValueError: as :func:`slice_index`.
-    """
-    strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
-    offset, view = 0, list(shape)
-    for i, s in enumerate(slice_index(entries, shape, axes)):
-        start = s.start or 0
-        offset += start * strides[i]
-        view[i] = shape[i] - start
-    return offset, tuple(view), tuple(strides)
-
-
-def _slice_problem(slot: Slot, shape: tuple[int, ...], n_batch: int) -> str | None:
-    """Why the view ``slot.slice`` takes of a contiguous tensor of ``shape`` cannot be bound, or None: its
-    contiguous dim is whole, its batch dims fold into one stride, and leading dims folded into the first mode are
-    contiguous."""
-    cut = [i for i, e in enumerate(slot.slice) if e != ":"]
-    inner = len(shape) - 1 if slot.layout is Layout.row else len(shape) - 2
-    if inner in cut:
-        return f"its contiguous dim ({slot.dims[-1] if slot.layout is Layout.row else slot.dims[0]}) is sliced"
-    groups = [range(n_batch)] if n_batch else []  # batch dims: one stride
-    if len(shape) > len(slot.dims) and not n_batch:
-        groups.append(range(len(shape) - len(slot.dims) + 1))  # dims folded into the first mode: contiguous
-    for group in groups:
-        for i in cut:
-            if i in group and any(shape[j] > 1 for j in group if j < i):
-                return (f"dim {i} is sliced but dims {list(j for j in group if j < i)} before it fold with it into "
-                        "one stride")
-    return None
 
 
 @dataclass(frozen=True)
@@ -123,7 +69,7 @@ class Binding:
                 n_batch = len(next((op.batch for op in self.kernel.operands if op.name == slot.arg), ()))
                 try:
                     _, view, _ = slice_view(slot.slice, shape, axes)
-                    why = _slice_problem(slot, shape, n_batch)
+                    why = slice_problem(slot, shape, n_batch)
                 except ValueError as e:
                     why = str(e)
                 if why:
@@ -231,16 +177,29 @@ def _fold(shape: tuple[int, ...], dims: tuple[str, ...], layout: Layout) -> tupl
     return None
 
 
-def bind(kernel: GemmKernel, problem: Problem) -> Binding:
-    """Bind ``kernel`` to ``problem`` and check the binding on every workload.
+def bind_gemm(kernel: GemmKernel, problem: Problem) -> Binding:
+    """Bind a gemm ``kernel`` to ``problem`` and check the binding on every workload; ``alignment = auto`` and
+    ``swap_ab = auto`` are decided for the workloads' extents (:func:`auto_alignment`, :func:`auto_swap_ab`) in
+    :attr:`Binding.kernel`.
+
+    Raises:
+        CheckError: as :func:`bind_operands`.
+    """
+    binding, extents = bind_operands(kernel, problem)
+    return dataclasses.replace(binding, kernel=auto_swap_ab(auto_alignment(kernel, extents), extents))
+
+
+def bind_operands(kernel: GemmKernel, problem: Problem) -> tuple[Binding, list[dict[str, int]]]:
+    """Bind the operands, epilogue inputs and outputs, scales (and a grouped GEMM's group operand) of a GEMM-like
+    ``kernel`` to ``problem``'s tensors and check the binding on every workload; the kernel is taken as it is.
+
+    Returns:
+        The binding and the GEMM extents (``{"M", "N", "K", …}``) of each of the problem's workloads, in order.
 
     Raises:
         CheckError: an operand without a binding, a name the problem does not have (valid names listed),
             a dtype mismatch, an unused problem input or output, or modes that disagree.
     """
-    if getattr(kernel, "family", "gemm") == "attention":  # q, k, v, o[, lse]: ucutlass.attention_runtime
-        from .attention_runtime import bind_attention
-        return bind_attention(kernel, problem)  # type: ignore[return-value]
     diags: list[Diagnostic] = []
     slots: list[Slot] = []
     ins, outs = problem.inputs, problem.outputs
@@ -305,7 +264,7 @@ def bind(kernel: GemmKernel, problem: Problem) -> Binding:
     binding = Binding(kernel, problem, tuple(slots))
     extents = [binding.extents(w) for w in problem.workloads]  # raises on disagreement
     _check_scale_extents(kernel, problem, extents)
-    return dataclasses.replace(binding, kernel=resolve_swap_ab(resolve_alignment(kernel, extents), extents))
+    return binding, extents
 
 
 def _check_slice_axes(problem: Problem, slots: Sequence[Slot], diags: list[Diagnostic]) -> None:
@@ -333,8 +292,6 @@ def _check_scale_extents(kernel: GemmKernel, problem: Problem, extents: Sequence
     Raises:
         CheckError: a scale tensor of the wrong extent.
     """
-    from .ir import split_dim
-
     diags = []
     for scale in kernel.scales:
         if scale.per_tensor:
@@ -357,14 +314,10 @@ def _check_scale_extents(kernel: GemmKernel, problem: Problem, extents: Sequence
         raise CheckError(diags)
 
 
-def resolve_alignment(kernel: GemmKernel, extents: Sequence[Mapping[str, int]]) -> GemmKernel:
-    """``kernel`` with ``alignment = auto`` replaced by the largest alignment (8, 4, 2, 1 elements) that
+def auto_alignment(kernel: GemmKernel, extents: Sequence[Mapping[str, int]]) -> GemmKernel:
+    """A gemm ``kernel`` with ``alignment = auto`` replaced by the largest alignment (8, 4, 2, 1 elements) that
     every operand's contiguous extent allows in every one of ``extents``; unchanged when 16 bytes (TMA) does,
     or when ``alignment`` is given (the rules then say whether it serves the extents)."""
-    from .arch._common import largest_alignment
-
-    if getattr(kernel, "family", "gemm") == "grouped_gemm":
-        return kernel  # grouped kernels load with TMA only (ucutlass.arch.sm90_grouped)
     if kernel.alignment is not None or any(isinstance(v, Choice) for op in kernel.operands
                                            for v in (op.dtype, op.layout)):
         return kernel  # given (or an open choice), or the contiguous dims are not known yet
@@ -372,13 +325,12 @@ def resolve_alignment(kernel: GemmKernel, extents: Sequence[Mapping[str, int]]) 
     return kernel if fit is None else dataclasses.replace(kernel, alignment=fit)
 
 
-def resolve_swap_ab(kernel: GemmKernel, extents: Sequence[Mapping[str, int]]) -> GemmKernel:
-    """``kernel`` with ``swap_ab = auto`` written ``true`` when its target's rules swap AB for the largest M of
+def auto_swap_ab(kernel: GemmKernel, extents: Sequence[Mapping[str, int]]) -> GemmKernel:
+    """A gemm ``kernel`` with ``swap_ab = auto`` written ``true`` when its target's rules swap AB for the largest M of
     ``extents`` (:func:`ucutlass.arch.resolve_swap_ab`; sm90: every M at most 64); otherwise unchanged, and ``auto``
     still follows the kernel's ``when`` in a dispatch. The tuner applies the same to its candidates
     (:meth:`ucutlass.search.SearchSpace.concrete`), so that what it builds is what a bound call loads."""
-    if getattr(kernel, "family", "gemm") != "gemm" or kernel.swap_ab is not None or \
-            isinstance(kernel.target, Choice):
+    if kernel.swap_ab is not None or isinstance(kernel.target, Choice):
         return kernel
     ms = [int(e["M"]) for e in extents if "M" in e]
     return dataclasses.replace(kernel, swap_ab=True) if ms and arch_swaps_ab(kernel, max(ms)) else kernel

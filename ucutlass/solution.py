@@ -1,0 +1,62 @@
+"""The one bridge from a compiled `.ucut` program to a grader solution (:class:`ucutlass.grader.SolutionRef`).
+
+A compiled kernel is graded in the grader's worker process, which never imports candidate code into the grading
+process: the recipe names a loader and a JSON-able payload, and the worker calls ``loader(payload, problem)``.
+This module writes the two recipes of a compiled program, and the payload they carry is read by
+:func:`ucutlass.runtime.load_solution` (re-exported here), the loader every recipe names (:data:`LOADER`)::
+
+    one kernel   {"so_path": …, "source": <concrete .ucut text>, "file": …, "kernel": name or None}
+    a dispatch   {"so_paths": {kernel name: path, …}, "source": …, "file": …}
+
+``ucutlass grade``, the tuner's measurer (``ucutlass.search.measure``) and the scripts build their recipes here.
+The loader's name and the payloads are part of :meth:`SolutionRef.key` (the worker's cache key) and of the records:
+they stay as they are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from .grader import SolutionRef
+from .runtime import load_solution
+
+__all__ = ["LOADER", "solution_for", "dispatch_solution", "load_solution"]
+
+#: The grader loader of compiled `.ucut` solutions (a single kernel or a dispatch).
+LOADER = "ucutlass.runtime:load_solution"
+
+
+def solution_for(so_path: Path | str, source: str, file: str, kernel: str | None, name: str) -> SolutionRef:
+    """A grader recipe for one compiled `.ucut` kernel (built into a callable in the grader's worker).
+
+    Args:
+        so_path: the kernel's shared object, built from the kernel as bound to the problem
+            (:attr:`ucutlass.bind.Binding.kernel`).
+        source: the concrete `.ucut` text of its program; ``file``: its name in messages.
+        kernel: the kernel's name in ``source``, or None when the program has one kernel.
+        name: the solution's name in records and tables.
+
+    Returns:
+        A destination-passing :class:`SolutionRef` with loader :data:`LOADER`.
+    """
+    return SolutionRef(name=name, loader=LOADER,
+                       payload={"so_path": str(so_path), "source": source, "file": file, "kernel": kernel},
+                       destination_passing=True)
+
+
+def dispatch_solution(so_paths: Mapping[str, str | Path], source: str, file: str, name: str) -> SolutionRef:
+    """A grader recipe for a compiled dispatch: every kernel's shared object, graded as one solution.
+
+    Args:
+        so_paths: ``{kernel name: path of its .so}`` for every kernel of :meth:`~ucutlass.ir.Program.dispatch`,
+            each built from the kernel as bound to the problem (:attr:`ucutlass.bind.Binding.kernel`).
+        source: the concrete `.ucut` text of the dispatch program; ``file``: its name in messages.
+        name: the solution's name in records and tables.
+
+    Returns:
+        A :class:`ucutlass.grader.SolutionRef` with loader ``ucutlass.runtime:load_solution`` and payload
+        ``{"so_paths": {name: path, …}, "source": …, "file": …}`` (destination passing).
+    """
+    return SolutionRef(name=name, loader=LOADER, destination_passing=True,
+                       payload={"so_paths": {k: str(p) for k, p in so_paths.items()}, "source": source, "file": file})
