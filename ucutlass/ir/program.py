@@ -40,8 +40,8 @@ class Program:
 
         A program in which a kernel has ``when MODE <= NUMBER`` is one solution: each call runs the first kernel
         whose condition holds for the call's (M, N, K), the last kernel (no ``when``) every other call
-        (:func:`ucutlass.dispatch.pick`). The lowering checked that every kernel is a gemm binding the same
-        tensors, that only the last lacks ``when`` and that each can run (:mod:`ucutlass.dispatch`).
+        (:func:`ucutlass.runtime.pick`). The lowering checked that every kernel is a gemm binding the same
+        tensors, that only the last lacks ``when`` and that each can run (:mod:`ucutlass.lang.dispatch`).
         """
         if not any(getattr(k, "when", None) for k in self.kernels):
             return ()

@@ -114,7 +114,7 @@ class EpilogueNode:
 
 @dataclass(frozen=True)
 class When:
-    """``when M <= 64`` in a kernel's header (a dispatch condition; lowered in :mod:`ucutlass.dispatch`)."""
+    """``when M <= 64`` in a kernel's header (a dispatch condition; lowered in :mod:`ucutlass.lang.dispatch`)."""
 
     mode: str
     mode_pos: Pos

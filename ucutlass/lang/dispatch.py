@@ -1,7 +1,7 @@
 """Lowering and checks of a dispatch: a program whose kernels carry ``when MODE <= NUMBER``.
 
 Each call runs the first kernel, in file order, whose condition holds for the call's GEMM modes
-(:func:`ucutlass.dispatch.pick`); the last kernel has no ``when``, and every ``when`` names the same mode. The kernels
+(:func:`ucutlass.runtime.pick`); the last kernel has no ``when``, and every ``when`` names the same mode. The kernels
 are gemms that bind the same tensors, compute the same epilogue and have one target: they differ only in settings.
 """
 
