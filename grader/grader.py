@@ -35,7 +35,7 @@ from .accuracy import ACCURACY_FACTOR, check_accuracy
 from .check import compare, empty_poisoned
 from .errors import GraderError
 from .guards import wall_verdict
-from .sandbox import run_delay_seconds
+from .sandbox import own_run_delay_seconds, run_delay_seconds
 from .inputs import (
     ALL_VARIANTS,
     NORMAL,
@@ -899,7 +899,9 @@ class Grader:
 
         Load: a batch's time is what this clock measured *less the time the worker was preempted* (its
         run delay, which the kernel counts: :func:`.sandbox.run_delay_seconds` — of the main thread, which
-        runs the loop, on CUDA; of all threads on the CPU, where torch's intra-op threads share the call).
+        runs the loop, on CUDA; of all threads on the CPU, where torch's intra-op threads share the call)
+        *and less this thread's own* (:func:`.sandbox.own_run_delay_seconds`: woken by the reply, it waits
+        for a CPU too: with 2 spinners per core, 2–3 of 7 honest solutions failed on the H200 without it).
         A machine busy compiling (a tune does) preempts the worker for whole time slices, ms at a time; that
         is host noise, not work, and the kernel's own count of it cannot be forged by the candidate. What is
         left — a slower host path — comes and goes too: up to WALL_ATTEMPTS rounds, the first that agrees
@@ -916,15 +918,19 @@ class Grader:
             for _ in range(WALL_REPEATS):
                 for with_call, into in ((False, base), (True, cand)):
                     d0 = run_delay_seconds(worker.pid, threads) if worker.pid else None
+                    own0 = own_run_delay_seconds()
                     t0 = time.perf_counter()
                     r = self._ask(worker, {"op": "wall", "key": key, "n": n, "call": with_call}, timeout)
                     dt = (time.perf_counter() - t0) * 1e3
+                    own1 = own_run_delay_seconds()
                     d1 = run_delay_seconds(worker.pid, threads) if worker.pid else None
                     if not r.ok:
                         raise self._reply_failure(r, "wall-clock check")
                     if r.log.strip():
                         logs.append(r.log)
                     preempted = max((d1 - d0) * 1e3, 0.0) if d0 is not None and d1 is not None else 0.0
+                    # This thread's own wait for a CPU after the reply woke it (a time slice under load).
+                    preempted += max((own1 - own0) * 1e3, 0.0) if own0 is not None and own1 is not None else 0.0
                     preempted_total += preempted
                     into.append(max(dt - preempted, 0.0))
             per_call = max(min(cand) - min(base), 0.0) / n

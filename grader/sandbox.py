@@ -360,5 +360,21 @@ def run_delay_seconds(pid: int, all_threads: bool = False) -> float | None:
     return total / 1e9 if seen else None
 
 
+def own_run_delay_seconds() -> float | None:
+    """The calling thread's run delay (``/proc/thread-self/schedstat`` field 2), in seconds; None where
+    schedstat is missing.
+
+    A thread that waits on a reply is woken when it arrives and then waits for a CPU: on a loaded host, a
+    whole time slice (measured: up to 4 ms with 2 spinning processes per core). The grader's wall-clock
+    check subtracts this delay of its own thread as it does the worker's.
+    """
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 __all__ = ["Confinement", "confine", "landlock_abi", "set_subreaper", "die_with_parent", "limit_file_size",
-           "descendants", "kill_tree", "reap_children", "process_cpu_seconds", "run_delay_seconds"]
+           "descendants", "kill_tree", "reap_children", "process_cpu_seconds", "run_delay_seconds",
+           "own_run_delay_seconds"]

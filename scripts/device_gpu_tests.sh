@@ -16,7 +16,7 @@ cd /tmp  # not the repo root: `ucutlass` must come from the install (the source 
 import sys, time
 from pathlib import Path
 from ucutlass.build import build_kernels
-from ucutlass.dsl import parse_file
+from ucutlass.lang import parse_file
 files = sorted(Path(sys.argv[1]).glob("*.ucut"))
 t0 = time.time()
 results = build_kernels([parse_file(f).kernel() for f in files], root=Path(sys.argv[2]), jobs=int(sys.argv[3]),

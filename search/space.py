@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 from optuna.distributions import CategoricalDistribution
@@ -37,6 +37,10 @@ class SearchSpace:
     kernel_name: str
     choices: Mapping[str, Choice]
     extents: tuple[Mapping[str, int], ...] = ()
+    #: Per combination (:func:`params_key`): its concrete kernel, rule errors and identity, each worked out
+    #: once. The tuner asks for all three of a proposal, and enumerating the legal space asks for all of
+    #: every combination: the rules run once per combination, not once per question.
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, program: Program, kernel_name: str | None = None,
@@ -65,10 +69,17 @@ class SearchSpace:
             out[key] = choice.options[choice.spellings.index(spelling)]
         return out
 
+    def _memoized(self, what: str, params: Mapping[str, str], make):
+        slot = self._memo.setdefault(params_key(params), {})
+        if what not in slot:
+            slot[what] = make()
+        return slot[what]
+
     def concrete(self, params: Mapping[str, str]) -> GemmKernel:
         """The concrete kernel for Optuna params, with ``swap_ab = auto`` decided for the workloads' M as a binding
         decides it (:func:`ucutlass.bind.resolve_swap_ab`): what the tuner builds is what a bound call loads."""
-        return resolve_swap_ab(self.kernel.resolve(self.picks(params)), self.extents)
+        return self._memoized("kernel", params,
+                              lambda: resolve_swap_ab(self.kernel.resolve(self.picks(params)), self.extents))
 
     def concrete_program(self, params: Mapping[str, str]) -> Program:
         """The concrete program (source text rewritten) for Optuna params."""
@@ -76,13 +87,15 @@ class SearchSpace:
 
     def violations(self, params: Mapping[str, str]) -> list[Diagnostic]:
         """Arch-rule errors of one combination over every workload's extents (deduplicated)."""
-        kernel = self.concrete(params)
-        seen: dict[str, Diagnostic] = {}
-        for ext in self.extents or ({},):
-            for d in arch.check_kernel(kernel, dict(ext) or None):
-                if d.severity == "error":
-                    seen.setdefault(d.message, d)
-        return list(seen.values())
+        def check() -> list[Diagnostic]:
+            kernel = self.concrete(params)
+            seen: dict[str, Diagnostic] = {}
+            for ext in self.extents or ({},):
+                for d in arch.check_kernel(kernel, dict(ext) or None):
+                    if d.severity == "error":
+                        seen.setdefault(d.message, d)
+            return list(seen.values())
+        return list(self._memoized("violations", params, check))
 
     def all_params(self) -> Iterator[dict[str, str]]:
         """Every combination as Optuna params, in declaration order."""
@@ -93,7 +106,7 @@ class SearchSpace:
     def identity(self, params: Mapping[str, str]) -> str:
         """Digest of the kernel as its target builds and runs it (:func:`ucutlass.arch.canonical`): equal for
         combinations that are one kernel spelled two ways."""
-        return arch.canonical(self.concrete(params)).digest()
+        return self._memoized("identity", params, lambda: arch.canonical(self.concrete(params)).digest())
 
     @functools.cached_property
     def _legal_by_identity(self) -> dict[str, dict[str, str]]:

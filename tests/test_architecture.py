@@ -27,6 +27,7 @@ STAGES = [
     ("ucutlass.bind",),
     ("ucutlass.grader",),
     ("ucutlass.runtime",),
+    ("ucutlass.emulate",),  # beside the runtime: the same bound call, run as torch ops
     ("ucutlass.solution",),
     ("ucutlass.search",),
     ("ucutlass.cli",),
@@ -228,14 +229,15 @@ def test_every_stage_has_one_row_per_family():
     from ucutlass.codegen.abi import ABIS
     from ucutlass.lang import FAMILIES
     from ucutlass.lang.lower import LOWERINGS
+    from ucutlass.emulate import EMULATORS
     from ucutlass.runtime import LAUNCHERS
 
     families = set(FAMILIES)
     assert families == {"gemm", "grouped_gemm", "attention"}
-    for table in (LOWERINGS, codegen.TEMPLATE_VALUES, ABIS, BINDERS, LAUNCHERS):
+    for table in (LOWERINGS, codegen.TEMPLATE_VALUES, ABIS, BINDERS, LAUNCHERS, EMULATORS):
         assert set(table) == families, table
     assert {f for f, _ in codegen.TEMPLATES} == families
-    assert all(cls.family == family for family, cls in LAUNCHERS.items())
+    assert all(cls.family == family for table in (LAUNCHERS, EMULATORS) for family, cls in table.items())
 
 
 def test_public_names_of_the_run_time_stay_importable():

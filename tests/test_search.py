@@ -31,6 +31,26 @@ def test_plan_prunes_illegal_configs_before_any_compile(tune_plan):
     assert len(tune_plan.tuned) == 3
 
 
+def test_the_rules_run_once_per_combination(monkeypatch):
+    """Enumerating the legal space, then asking a proposal's violations, representative and kernel (as the
+    tuner's ask loop does) checks each combination against each workload once, not once per question."""
+    import ucutlass.search.space as space_module
+
+    calls = []
+    real = space_module.arch.check_kernel
+    monkeypatch.setattr(space_module.arch, "check_kernel", lambda k, ext=None: calls.append(1) or real(k, ext))
+    space = make_plan().space
+    calls.clear()
+    space._memo.clear()
+    space.__dict__.pop("_legal_by_identity", None)  # made by the plan: enumerate again, counted
+    space.legal_params()
+    per_pass = len(calls)
+    assert per_pass == space.size * len(space.extents or ({},))
+    for p in space.all_params():
+        space.violations(p), space.representative(p), space.concrete(p)
+    assert len(calls) == per_pass
+
+
 def test_representative_workloads_span_smallest_and_largest(tune_plan):
     b = tune_plan.binding
     work = [math.prod(b.extents(w).values()) for w in tune_plan.problem.workloads]

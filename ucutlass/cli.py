@@ -334,6 +334,13 @@ def _solution_for_file(path: str, problem, args):
     from .build import build_kernels, raise_for
 
     program = _picks(_load_program(path), getattr(args, "pick", None) or [], getattr(args, "kernel", None))
+    if getattr(args, "emulate", False) and program.choices():
+        # How a kernel computes (tile, schedule, split-K…) does not change what it computes: emulate the first
+        # option of each choice still open, and say which (a --pick chooses another).
+        firsts = {key: c.options[0] for key, c in program.choices().items()}
+        print("emulating the first option of each open choice: " + ", ".join(
+            f"{key} = {program.choices()[key].spellings[0]}" for key in firsts), file=sys.stderr)
+        program = program.resolve(firsts)
     # a dispatch (kernels with `when`) is graded as one solution, unless --kernel names one of its kernels
     dispatch = program.dispatch() if not args.kernel else ()
     try:
@@ -346,6 +353,13 @@ def _solution_for_file(path: str, problem, args):
             raise UcutError(f"{path}: kernel {kernel.name} still has open choices ({', '.join(kernel.choices())}); "
                             "grade a concrete program (e.g. the best.ucut that tune writes) or use --pick")
         bound.append(getattr(bind(kernel, problem), "kernel", kernel))  # alignment = auto lowered for the workloads
+    if getattr(args, "emulate", False):
+        from .solution import emulated_solution
+
+        names = ", ".join(k.name for k in bound)
+        print(f"emulating {names} as torch ops (no nvcc; times are torch's, not a kernel's)", file=sys.stderr)
+        return emulated_solution(program.source, path, bound[0].name, f"{Path(path).stem} ({names}, emulated)",
+                                 dispatch=bool(dispatch))
     import torch
 
     if torch.cuda.is_available():
@@ -385,11 +399,14 @@ def cmd_grade(args) -> int:
     from .sol import SolError, analyze, load_hardware, prefetch_counts
 
     problem = find_problem(args.problem, args.problems)
-    if args.file.endswith(".ucut"):
+    if getattr(args, "emulate", False) and not args.file.endswith(".ucut"):
+        raise UcutError(f"--emulate grades a .ucut program as torch ops; {args.file} is not one")
+    if args.file.endswith(".ucut") and not getattr(args, "emulate", False):
         import torch
 
         if not torch.cuda.is_available():
             print("error: a compiled .ucut kernel runs on a CUDA GPU, and torch sees none here; without one, "
+                  "`ucutlass grade FILE PROBLEM --emulate` grades what the program means (torch ops, no nvcc), "
                   "`ucutlass check` and `ucutlass compile` still work, and Python solutions are graded on "
                   "the CPU", file=sys.stderr)
             return 2
@@ -400,7 +417,10 @@ def cmd_grade(args) -> int:
     if args.workloads:
         workloads = [problem.workloads[i] for i in range(min(args.workloads, len(problem.workloads)))]
     t_sol = None
-    if not torch.cuda.is_available():
+    if getattr(args, "emulate", False):
+        print("note: emulated: correctness is the program's meaning; times are of torch ops, so no T_SOL or SOL "
+              "score is given", file=sys.stderr)
+    elif not torch.cuda.is_available():
         print("note: grading on the CPU (no CUDA GPU): times are CPU wall-clock, so no T_SOL or SOL score "
               "is given", file=sys.stderr)
     else:
@@ -544,6 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workloads", type=int, help="grade only the first N workloads")
     p.add_argument("--pick", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--kernel", help="the kernel of a .ucut file with several")
+    p.add_argument("--emulate", action="store_true",
+                   help="grade a .ucut program's meaning: its kernels run as torch ops from the IR, on the CPU or "
+                        "a GPU, with no nvcc (times are torch's: no SOL score is meaningful)")
     p.add_argument("--gpu", default="local", help="hardware spec for T_SOL (default: this GPU)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="deadline of each request: loading the solution, one call, and each run of the problem's "

@@ -21,10 +21,12 @@ from typing import Mapping
 from .grader import SolutionRef
 from .runtime import load_solution
 
-__all__ = ["LOADER", "solution_for", "dispatch_solution", "load_solution"]
+__all__ = ["LOADER", "EMULATOR_LOADER", "solution_for", "dispatch_solution", "emulated_solution", "load_solution"]
 
 #: The grader loader of compiled `.ucut` solutions (a single kernel or a dispatch).
 LOADER = "ucutlass.runtime:load_solution"
+#: The grader loader of emulated `.ucut` solutions (torch ops from the IR: :mod:`ucutlass.emulate`).
+EMULATOR_LOADER = "ucutlass.emulate:load_solution"
 
 
 def solution_for(so_path: Path | str, source: str, file: str, kernel: str | None, name: str) -> SolutionRef:
@@ -60,3 +62,22 @@ def dispatch_solution(so_paths: Mapping[str, str | Path], source: str, file: str
     """
     return SolutionRef(name=name, loader=LOADER, destination_passing=True,
                        payload={"so_paths": {k: str(p) for k, p in so_paths.items()}, "source": source, "file": file})
+
+
+def emulated_solution(source: str, file: str, kernel: str | None, name: str, dispatch: bool = False) -> SolutionRef:
+    """A grader recipe for a `.ucut` program run as torch ops (:mod:`ucutlass.emulate`): nothing is compiled.
+
+    Args:
+        source: the concrete `.ucut` text; ``file``: its name in messages.
+        kernel: the kernel's name in ``source`` (None when the program has one kernel); ignored with ``dispatch``.
+        name: the solution's name in records and tables.
+        dispatch: grade the program's dispatch (:meth:`~ucutlass.ir.Program.dispatch`) as one solution.
+
+    Returns:
+        A destination-passing :class:`SolutionRef` with loader :data:`EMULATOR_LOADER` and payload
+        ``{"source": …, "file": …, "kernel": …}`` (``"dispatch": true`` for a dispatch).
+    """
+    payload = {"source": source, "file": file, "kernel": None if dispatch else kernel}
+    if dispatch:
+        payload["dispatch"] = True
+    return SolutionRef(name=name, loader=EMULATOR_LOADER, payload=payload, destination_passing=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -261,3 +262,42 @@ def test_a_killed_graders_folder_is_removed_by_the_next(tmp_path, monkeypatch):
     unowned.mkdir()
     grader_module._remove_stale_folders()
     assert not dead.exists() and alive.exists() and unowned.exists()
+
+
+# --- the wall-clock check's own run delay --------------------------------------------------------------
+
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="needs Linux schedstat")
+def test_the_waiting_threads_run_delay_grows_on_a_loaded_host():
+    """A thread woken by a reply waits for a CPU on a loaded host: the kernel's count of that wait (which
+    the wall-clock check subtracts, as it does the worker's) grows."""
+    import socket
+    import subprocess
+    import sys
+
+    from ucutlass.grader.sandbox import own_run_delay_seconds
+
+    before = own_run_delay_seconds()
+    assert before is not None and before >= 0.0
+    cores = len(os.sched_getaffinity(0))
+    spin = "print(flush=True)\nwhile True:\n    pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE) for _ in range(2 * cores)]
+    for p in procs:
+        p.stdout.readline()  # each spins from now on
+    a, b = socket.socketpair()
+    echo = ("import socket, sys\ns = socket.socket(fileno=int(sys.argv[1]))\n"
+            "while (m := s.recv(8)):\n    s.send(m)\n")
+    child = subprocess.Popen([sys.executable, "-c", echo, str(b.fileno())], pass_fds=[b.fileno()])
+    try:
+        start = own_run_delay_seconds()
+        deadline = time.monotonic() + 10.0
+        while own_run_delay_seconds() == start and time.monotonic() < deadline:
+            for _ in range(100):  # each reply wakes this thread, which then competes with the spinners
+                a.send(b"x")
+                a.recv(8)
+        assert own_run_delay_seconds() > start
+    finally:
+        a.close()
+        child.wait(timeout=30)
+        for p in procs:
+            p.kill()
+            p.wait()

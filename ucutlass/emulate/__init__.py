@@ -1,0 +1,76 @@
+"""Emulation: a program's kernels run as plain torch ops from their IR, on the CPU or a GPU, with no nvcc.
+
+An emulator takes what a compiled kernel takes (its :class:`ucutlass.codegen.Abi`: pointers, then scalars) and
+writes what it writes, so the same binding (:mod:`ucutlass.bind`) and dispatch
+(:func:`ucutlass.runtime.dispatch_callable`) drive it: what emulation grades is what the program *means*, bound to the problem exactly as the compiled kernel
+is. ``ucutlass grade FILE PROBLEM --emulate`` grades it (loader :data:`LOADER`); CI checks every shipped program
+that way. Numbers: f32 products of the operands' exact values (TF32 off), rounded to the kernel's ``accum``,
+the epilogue in f32 (:mod:`.epilogue`), each output rounded once to its dtype: within a problem's tolerance of the
+compiled kernel, which sums the same products in another order.
+
+Modules: :mod:`.epilogue` (the expression tree), one per family (:mod:`.gemm`, :mod:`.grouped`, :mod:`.attention`);
+this ``__init__`` holds the family table :data:`EMULATORS` and the grader's loader :func:`load_solution`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..bind import bind, family_of
+from ..errors import KernelRuntimeError
+from .attention import AttentionEmulator
+from .epilogue import evaluate
+from .gemm import GemmEmulator, exact_f32
+from .grouped import GroupedEmulator
+
+__all__ = ["EMULATORS", "LOADER", "emulate_kernel", "load_solution", "evaluate", "exact_f32",
+           "GemmEmulator", "GroupedEmulator", "AttentionEmulator"]
+
+#: The emulator class of each kernel family (``kernel.family``); a new family adds one row and one module.
+EMULATORS: dict[str, type] = {
+    "gemm": GemmEmulator,
+    "grouped_gemm": GroupedEmulator,
+    "attention": AttentionEmulator,
+}
+
+#: The grader loader of emulated `.ucut` solutions (``SolutionRef.loader``).
+LOADER = "ucutlass.emulate:load_solution"
+
+
+def emulate_kernel(kernel: Any):
+    """The emulator of ``kernel`` (a concrete kernel as bound to a problem): an object with ``abi``,
+    ``call(values)`` and ``modes(values)`` like a loaded compiled kernel (:data:`EMULATORS`, by family)."""
+    return EMULATORS[family_of(kernel)](kernel)
+
+
+def load_solution(payload: Mapping[str, Any], problem: Any):
+    """Grader loader for an emulated `.ucut` solution (``SolutionRef.loader = "ucutlass.emulate:load_solution"``).
+
+    Args:
+        payload: ``{"source": <concrete .ucut text>, "file": …, "kernel": name or None}``, or with
+            ``"dispatch": true`` the program's dispatch (:meth:`ucutlass.ir.Program.dispatch`) as one solution.
+        problem: the :class:`ucutlass.problem.Problem` the program binds to.
+
+    Returns:
+        A destination-passing callable ``fn(*inputs, *outputs)`` in the problem's definition order.
+
+    Raises:
+        KernelRuntimeError: ``dispatch`` for a program with no ``when``, or a kernel emulation cannot run.
+    """
+    from ..lang import parse
+    from ..runtime.dispatch import dispatch_callable
+
+    program = parse(payload["source"], payload.get("file", "<solution>"))
+    if payload.get("dispatch"):
+        kernels = program.dispatch()
+        if not kernels:
+            raise KernelRuntimeError(f"{program.file}: a dispatch was asked for, but no kernel has a when")
+    else:
+        kernels = (program.kernel(payload.get("kernel")),)
+    runs = []
+    for kernel in kernels:
+        binding = bind(kernel, problem)
+        runs.append(binding.callable(emulate_kernel(getattr(binding, "kernel", kernel))))
+    if not payload.get("dispatch"):
+        return runs[0]
+    return dispatch_callable(runs, [k.when for k in kernels], runs[-1].modes)
