@@ -238,3 +238,12 @@ def test_an_emulated_dispatch_runs_the_kernel_whose_when_the_call_meets():
         assert fn.choose(x, w, res, out) == index
         fn(x, w, res, out)
         _close(out, x.float() @ w.float().T + res.float())
+
+
+def test_what_emulation_cannot_read_yet_is_refused_by_name():
+    from ucutlass.errors import KernelRuntimeError
+
+    with pytest.raises(KernelRuntimeError, match="block-scaled"):
+        emulate_kernel(parse_file(REPO / "tests/kernels/sm100_blockscaled_mxfp8.ucut").kernel())
+    with pytest.raises(KernelRuntimeError, match="concrete"):
+        emulate_kernel(parse_file(REPO / "examples/gemm.ucut").kernel())

@@ -71,6 +71,10 @@ class GemmEmulator:
         if not kernel.is_concrete():
             raise KernelRuntimeError(f"{kernel.name}: emulation needs a concrete kernel (open: "
                                      f"{', '.join(kernel.choices())})")
+        block_scaled = [s.name for s in kernel.scales if s.dtype in (DType.ue4m3, DType.ue8m0)]
+        if block_scaled:  # stored in CUTLASS's interleaved 128x4 atoms (Sm1xxBlockScaledConfig), not as declared
+            raise KernelRuntimeError(f"{kernel.name}: emulation does not read sm100 block-scaled factors "
+                                     f"({', '.join(block_scaled)}: CUTLASS's interleaved 128x4 layout) yet")
         self.kernel = kernel
         self.abi: Abi = abi_of(kernel)
 
@@ -136,25 +140,26 @@ class GemmEmulator:
 
     def epilogue(self, acc, args: Mapping[str, Any], batched: bool) -> None:
         """Evaluate D and every extra output from ``acc`` and write them into their tensors."""
+        import torch
+
         k = self.kernel
         src = None
         if k.c is not None:
             src = oriented(matrix(args["c"], k.c.dims, k.c.layout, batched), k.c.dims, ("M", "N")).float()
         refs = self.refs(args, batched)
-        for o in k.epilogue_outputs:
-            import torch
 
-            v = torch.broadcast_to(torch.as_tensor(evaluate(o.value, acc, src, refs), device=acc.device), acc.shape)
+        def full(expr):  # an expression's value over the whole accumulator (a lone input broadcasts)
+            return torch.broadcast_to(torch.as_tensor(evaluate(expr, acc, src, refs), device=acc.device), acc.shape)
+
+        for o in k.epilogue_outputs:
+            v = full(o.value)
             if o.reduce is None:
                 store(args[o.name], v, o.dims)
             else:
                 axis = -1 if o.kind is EpilogueInputKind.col_vector else -2  # [M]: over N; [N]: over M
                 r = v.sum(axis) if o.reduce == "sum" else v.amax(axis)
                 args[o.name].copy_(r.reshape(args[o.name].shape).to(args[o.name].dtype))
-        import torch
-
-        d = torch.broadcast_to(torch.as_tensor(evaluate(k.epilogue, acc, src, refs), device=acc.device), acc.shape)
-        store(args["d"], d, k.d.dims)
+        store(args["d"], full(k.epilogue), k.d.dims)
 
     def call(self, values: Sequence[Any]) -> None:
         """Run on the arguments in ABI order; ``d`` and the extra outputs are written in place."""
