@@ -22,7 +22,7 @@ STAGES = [
     ("ucutlass.lang",),
     ("ucutlass.codegen",),
     ("ucutlass.build",),
-    ("ucutlass.problem",),
+    ("ucutlass.problem", "ucutlass.problem_files"),
     ("ucutlass.sol",),
     ("ucutlass.bind",),
     ("ucutlass.grader",),

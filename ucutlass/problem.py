@@ -21,9 +21,7 @@ Semantics follow SOL-ExecBench (``sol_execbench/bench/utils.py``, ``data/definit
 
 from __future__ import annotations
 
-import ast
 import json
-import operator
 import os
 import types
 from dataclasses import dataclass, field
@@ -31,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from . import problem_files
 from .errors import ProblemError
 
 #: SOL-ExecBench's defaults for workloads without a ``tolerance`` field.
@@ -118,44 +117,8 @@ class Workload:
         return {k: v["value"] for k, v in self.inputs.items() if v.get("type") == "scalar"}
 
 
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.FloorDiv: operator.floordiv, ast.Div: operator.truediv, ast.Mod: operator.mod,
-           ast.Pow: operator.pow}
-
-
-def eval_axis_expression(expression: str, values: Mapping[str, int]) -> int:
-    """Evaluate an ``expr`` axis (``"num_attention_heads * head_dim"``) over known axis values.
-
-    Only integer arithmetic (+ − * / // % **), parentheses, numbers and axis names are allowed.
-
-    Raises:
-        ProblemError: unknown name, unsupported syntax, or a non-integer result.
-    """
-    def ev(node: ast.AST) -> Any:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
-        if isinstance(node, ast.Name):
-            if node.id not in values:
-                raise ProblemError(f"axis expression {expression!r}: unknown axis {node.id!r}")
-            return values[node.id]
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        raise ProblemError(f"axis expression {expression!r}: unsupported syntax {ast.dump(node)[:60]}")
-
-    try:
-        tree = ast.parse(expression, mode="eval")
-    except SyntaxError as e:
-        raise ProblemError(f"axis expression {expression!r} does not parse: {e}") from None
-    result = ev(tree)
-    if isinstance(result, float):
-        if not result.is_integer():
-            raise ProblemError(f"axis expression {expression!r} gives {result}, not an integer")
-        result = int(result)
-    return result
+# Bounded: an axis expression can neither hang nor exhaust memory (issue 19); see ucutlass.problem_files.
+eval_axis_expression = problem_files.eval_axis_expression
 
 
 @dataclass(frozen=True)
@@ -411,30 +374,31 @@ def load_problem(path: str | os.PathLike | resources.abc.Traversable) -> Problem
     if not wfile.is_file():
         raise ProblemError(f"{folder}: no workload.jsonl")
     try:
-        d = json.loads(dfile.read_text())
+        d = json.loads(problem_files.read_text(dfile))
     except json.JSONDecodeError as e:
         raise ProblemError(f"{dfile}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
-    for key in ("axes", "inputs", "outputs", "reference"):
-        if key not in d:
-            raise ProblemError(f"{dfile}: missing {key!r}")
+    except RecursionError:
+        raise ProblemError(f"{dfile}: invalid JSON: nested too deeply") from None
+    problem_files.check_definition(d, str(dfile))  # every field's type, extents, dtypes, before any use
     axes = {}
     for name, a in d["axes"].items():
-        kind = a.get("type")
-        if kind not in ("const", "var", "expr"):
-            raise ProblemError(f"{dfile}: axis {name!r} has type {kind!r} (valid: const, var, expr)")
-        axes[name] = Axis(name=name, kind=kind, value=a.get("value"), expression=a.get("expression"),
-                          description=a.get("description", ""))
+        value = a.get("value")
+        axes[name] = Axis(name=name, kind=a["type"], value=None if value is None else int(value),
+                          expression=a.get("expression"), description=str(a.get("description", "")))
     workloads = []
-    for lineno, line in enumerate(wfile.read_text().splitlines(), 1):
+    for lineno, line in enumerate(problem_files.read_text(wfile).splitlines(), 1):
         if not line.strip():
             continue
         try:
             w = json.loads(line)
         except json.JSONDecodeError as e:
             raise ProblemError(f"{wfile}:{lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        except RecursionError:
+            raise ProblemError(f"{wfile}:{lineno}: invalid JSON: nested too deeply") from None
+        problem_files.check_workload(w, f"{wfile}:{lineno}", axes)
         workloads.append(Workload(uuid=w.get("uuid", f"line{lineno}"), index=len(workloads),
-                                  axes=dict(w.get("axes", {})), inputs=dict(w.get("inputs", {})),
-                                  tolerance=_tolerance(w.get("tolerance"))))
+                                  axes={k: int(v) for k, v in w.get("axes", {}).items()},
+                                  inputs=dict(w.get("inputs", {})), tolerance=_tolerance(w.get("tolerance"))))
     if not workloads:
         raise ProblemError(f"{wfile}: no workloads")
     spec = folder / "kernel.ucut"
