@@ -120,11 +120,16 @@ def grade_in_child(problem: Problem, solution: SolutionRef, workloads: Sequence[
     for w in wls:
         r = got.get(w.uuid)
         if r is None:
+            # SIGKILL with no candidate to blame is most often the kernel's OOM killer: the workload's tensors,
+            # the reference's and the ground truth's did not fit (a new user met it on the CPU with L1_003).
+            why = ("the machine ran out of memory (the kernel's OOM killer: see `dmesg`; try fewer or smaller "
+                   "workloads, or a GPU), or a candidate signalled the grader where the OS cannot confine it"
+                   if proc.exitcode == -signal.SIGKILL else
+                   "a candidate that can signal the grader, where the OS cannot confine it, or something else")
             r = WorkloadResult(definition=problem.name, workload_uuid=w.uuid, axes=dict(w.axes), label=w.label(),
                                solution=solution.name, status=Status.CRASHED, environment=dict(environment),
                                reason=f"the grading process {_ended(proc.exitcode)} before this workload's verdict "
-                                      "(a candidate that can signal the grader, where the OS cannot confine it, "
-                                      "or something else); nothing of it was measured")
+                                      f"({why}); nothing of it was measured")
             if on_result is not None:
                 on_result(r)
         out.append(r)

@@ -247,3 +247,20 @@ def test_what_emulation_cannot_read_yet_is_refused_by_name():
         emulate_kernel(parse_file(REPO / "tests/kernels/sm100_blockscaled_mxfp8.ucut").kernel())
     with pytest.raises(KernelRuntimeError, match="concrete"):
         emulate_kernel(parse_file(REPO / "examples/gemm.ucut").kernel())
+
+
+def test_emulate_picks_a_combination_that_is_legal_and_binds(tmp_path, capsys):
+    """The first options may break a rule (tile M 64 with cooperative) or not bind (an f16 choice for a bf16
+    tensor): --emulate takes the first combination that passes the rules and binds, and says which; `check`
+    accepts an open dtype whose options include the tensor's."""
+    from ucutlass.cli import main
+
+    text = (REPO / "problems/o_proj_residual_llama3_1_8b/kernel.ucut").read_text()
+    assert "a : bf16[M, K] row <- attn_output" in text
+    f = tmp_path / "choice.ucut"
+    f.write_text(text.replace("a : bf16[M, K] row <- attn_output", "a : {f16, bf16}[M, K] row <- attn_output"))
+    assert main(["check", str(f), "--problem", "o_proj_residual_llama3_1_8b"]) == 0
+    rc = main(["grade", str(f), "o_proj_residual_llama3_1_8b", "--emulate", "--workloads", "1"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "o_proj.a.dtype = bf16" in err and "o_proj.schedule = pingpong" in err, err

@@ -334,19 +334,16 @@ def _solution_for_file(path: str, problem, args):
     from .build import build_kernels, raise_for
 
     program = _picks(_load_program(path), getattr(args, "pick", None) or [], getattr(args, "kernel", None))
-    if getattr(args, "emulate", False) and program.choices():
-        # How a kernel computes (tile, schedule, split-K…) does not change what it computes: emulate the first
-        # option of each choice still open, and say which (a --pick chooses another).
-        firsts = {key: c.options[0] for key, c in program.choices().items()}
-        print("emulating the first option of each open choice: " + ", ".join(
-            f"{key} = {program.choices()[key].spellings[0]}" for key in firsts), file=sys.stderr)
-        program = program.resolve(firsts)
     # a dispatch (kernels with `when`) is graded as one solution, unless --kernel names one of its kernels
     dispatch = program.dispatch() if not args.kernel else ()
     try:
         kernels = dispatch or (program.kernel(args.kernel),)
     except KeyError as e:  # several kernels and no --kernel, or no such kernel
         raise UcutError(f"{e.args[0]} (--kernel NAME)") from None
+    if getattr(args, "emulate", False) and any(k.choices() for k in kernels):
+        program = _emulation_program(program, kernels, problem)
+        dispatch = program.dispatch() if not args.kernel else ()
+        kernels = dispatch or (program.kernel(args.kernel),)
     bound = []
     for kernel in kernels:
         if kernel.choices():
@@ -381,6 +378,38 @@ def _solution_for_file(path: str, problem, args):
     return solution_for(results[0].so_path, program.source, path, bound[0].name, bound[0].config_name())
 
 
+def _emulation_program(program, kernels, problem):
+    """The program with each open choice of ``kernels`` resolved for emulation, printed: how a kernel computes
+    (tile, schedule, split-K…) does not change what it computes, so the first combination that the rules accept and
+    that binds to the problem (a dtype or layout choice must match its tensor) stands for all of them."""
+    from .arch.legality import legal_combinations
+    from .bind import bind
+    from .errors import CheckError
+
+    picks: dict = {}
+    for kernel in kernels:
+        if not kernel.choices():
+            continue
+        legal, _ = legal_combinations(kernel)
+        chosen = None
+        for combo in legal:
+            try:
+                bind(kernel.resolve(combo), problem)
+            except CheckError:
+                continue
+            chosen = combo
+            break
+        if chosen is None:
+            raise UcutError(f"{program.file}: no combination of kernel {kernel.name}'s choices passes the rules and "
+                            f"binds to {problem.id} (`ucutlass check {program.file} --problem {problem.id}` says why)")
+        picks.update({f"{kernel.name}.{key}": value for key, value in chosen.items()})
+    choices = program.choices()
+    print("emulating, for the open choices: " + ", ".join(
+        f"{key} = {choices[key].spellings[choices[key].options.index(v)]}" for key, v in picks.items()),
+          file=sys.stderr)
+    return program.resolve(picks)
+
+
 class _TSolTable:
     """T_SOL per workload uuid, computed here (the counting runs in a child process of its own, with a
     deadline) and sent to the process that grades: a picklable ``t_sol_ms``."""
@@ -400,7 +429,8 @@ def cmd_grade(args) -> int:
 
     problem = find_problem(args.problem, args.problems)
     if getattr(args, "emulate", False) and not args.file.endswith(".ucut"):
-        raise UcutError(f"--emulate grades a .ucut program as torch ops; {args.file} is not one")
+        raise UcutError(f"--emulate grades a .ucut program as torch ops; {args.file} is not one (grade it without "
+                        "--emulate: Python and FlashInfer-Bench solutions run as they are, on the CPU or a GPU)")
     if args.file.endswith(".ucut") and not getattr(args, "emulate", False):
         import torch
 

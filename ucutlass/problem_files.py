@@ -134,7 +134,8 @@ def check_definition(d: Any, where: str) -> None:
                     else:
                         extent(int(dim) if isinstance(dim, str) else dim, f"{where}: {section}.{name}.shape[{i}]")
     if not isinstance(d["reference"], str):
-        raise ProblemError(f"{where}: reference: expected Python source (a string), got {type(d['reference']).__name__}")
+        raise ProblemError(f"{where}: reference: expected Python source (a string), got "
+                           f"{type(d['reference']).__name__}")
     entry = d.get("custom_inputs_entrypoint")
     if entry is not None and not isinstance(entry, str):
         raise ProblemError(f"{where}: custom_inputs_entrypoint: expected a function name (a string)")
@@ -203,8 +204,9 @@ def eval_axis_expression(expression: str, values: Mapping[str, int]) -> int:
             return values[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             lhs, rhs = ev(node.left), ev(node.right)
-            if isinstance(node.op, ast.Pow) and (abs(rhs) > MAX_EXPONENT or (abs(lhs) > 1 and
-                                                                            abs(rhs) * math.log2(abs(lhs)) > 80)):
+            # |lhs| ** rhs stays within 2^80 (so its bits are few) before Python computes it
+            too_big = abs(rhs) > MAX_EXPONENT or (abs(lhs) > 1 and abs(rhs) * math.log2(abs(lhs)) > 80)
+            if isinstance(node.op, ast.Pow) and too_big:
                 raise ProblemError(f"axis expression {expression[:80]!r}: {lhs} ** {rhs} is out of range")
             try:
                 return checked(_BINOPS[type(node.op)](lhs, rhs))

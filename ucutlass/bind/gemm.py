@@ -221,7 +221,13 @@ def bind_operands(kernel: GemmKernel, problem: Problem) -> tuple[Binding, list[d
                                     f"{binding!r}{hint}", pos, tuple(pool), code="bind-unknown"))
             return
         spec = pool[binding]
-        if dtype is not None and spec.dtype != dtype.torch_name:
+        if isinstance(dtype, Choice):  # an open dtype: some option must be the tensor's (the tuner picks)
+            if not any(getattr(o, "torch_name", None) == spec.dtype for o in dtype.options):
+                theirs = _ucut_dtype(spec.dtype)
+                diags.append(Diagnostic(f"{arg} is one of {{{', '.join(dtype.spellings)}}} but {problem.id}.{binding} "
+                                        f"is {theirs or spec.dtype} (torch.{spec.dtype})", pos,
+                                        (theirs,) if theirs else (), code="bind-dtype"))
+        elif dtype is not None and spec.dtype != dtype.torch_name:
             theirs = _ucut_dtype(spec.dtype)
             diags.append(Diagnostic(f"{arg} is {dtype.value} but {problem.id}.{binding} is {theirs or spec.dtype}"
                                     f" (torch.{spec.dtype})", pos, (theirs,) if theirs else (), code="bind-dtype"))
