@@ -592,6 +592,34 @@ def cmd_tune(args) -> int:
     return 0
 
 
+# --- agents ------------------------------------------------------------------------------------------
+
+def cmd_prompt(args) -> int:
+    from .agents.prompt import ENCODING, build_prompt
+    from .problem import find_problem
+
+    problem = find_problem(args.problem, args.problems)
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise UcutError(f"--max-tokens must be a positive number, got {args.max_tokens}")
+    study = args.study
+    if study is None and (Path("ucutlass-tune") / problem.id / "results.json").is_file():
+        study = Path("ucutlass-tune") / problem.id
+    prompt = build_prompt(problem, max_tokens=args.max_tokens, gpu=args.gpu, study=study, sol=not args.no_sol,
+                          timeout_s=_timeout(args))
+    print(prompt.text, end="")
+    print(f"prompt: {prompt.tokens} tokens (tiktoken {ENCODING.replace('_offline', '')}, offline)"
+          + (f"; dropped to fit --max-tokens {args.max_tokens}: {', '.join(prompt.dropped)}" if prompt.dropped
+             else ""), file=sys.stderr)
+    return 0
+
+
+def cmd_mcp(args) -> int:
+    from .agents.server import serve
+
+    serve(problems=args.problems, timeout_s=args.timeout)
+    return 0
+
+
 # --- parser --------------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -680,6 +708,26 @@ def build_parser() -> argparse.ArgumentParser:
     _timeout_arg(p)
     _problems_arg(p)
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("prompt", help="a task prompt for an LLM agent: the card's sections for the problem, the "
+                       "problem, T_SOL, a starting program, the feedback format (its token count on stderr)")
+    p.add_argument("problem")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="drop the least useful parts until the prompt fits "
+                   "(the reference's code, then card sections, the best so far, the starting program)")
+    p.add_argument("--gpu", default="h200", help="hardware spec for T_SOL (default: h200)")
+    p.add_argument("--study", metavar="DIR", help="a tune's output folder: its best program and measured baseline "
+                   "(default: ./ucutlass-tune/PROBLEM when it exists)")
+    p.add_argument("--no-sol", action="store_true", help="leave out the T_SOL table (no counting of the reference)")
+    _timeout_arg(p)
+    _problems_arg(p)
+    p.set_defaults(func=cmd_prompt)
+
+    p = sub.add_parser("mcp", help="an MCP server over stdio (tools: problem, sol, check, compile, grade; the card "
+                       "as a resource) for LLM agents")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="limit of one tool call (its command is killed past it; default 600)")
+    _problems_arg(p)
+    p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("problems", help="list the problems ucutlass can find")
     _problems_arg(p)
