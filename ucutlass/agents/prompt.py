@@ -314,7 +314,8 @@ def build_prompt(problem, *, max_tokens: int | None = None, **kw) -> Prompt:
             tokens = count_tokens(text)
         if tokens > max_tokens:
             kept = ", ".join(p.name for p in parts)
-            raise UcutError(f"--max-tokens {max_tokens}: the parts that are never dropped ({kept}) take {tokens} tokens")
+            raise UcutError(f"--max-tokens {max_tokens}: the parts that are never dropped ({kept}) take "
+                            f"{tokens} tokens")
     return Prompt(text, tokens, tuple(p.name for p in parts), tuple(dropped))
 
 
