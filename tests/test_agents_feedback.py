@@ -127,9 +127,13 @@ def test_grade_emulated_documents(capsys, files):
 def test_tune_documents(capsys, tmp_path):
     import torch
 
-    if not torch.cuda.is_available():  # the CLI's answer without a GPU
+    if not torch.cuda.is_available():  # the CLI's answers without a GPU
         rc, doc = run_json(capsys, "tune", PROBLEM, "--out", str(tmp_path / "t"))
         assert rc == 2 and "GPU" in validate(doc)["error"]
+        rc, doc = run_json(capsys, "grade", str(SPEC), PROBLEM)
+        assert rc == 2 and "--emulate" in validate(doc)["error"]
+    rc, doc = run_json(capsys, "tune", PROBLEM, "--dry-run")
+    assert rc == 1 and "--dry-run" in validate(doc)["error"]
     # a finished tune (the tuner's fakes: no nvcc, no GPU)
     from search_fakes import FakeBuild, FakeMeasure, make_plan, make_tuner
     from ucutlass.search import TuneConfig

@@ -463,10 +463,12 @@ def cmd_grade(args) -> int:
         import torch
 
         if not torch.cuda.is_available():
-            print("error: a compiled .ucut kernel runs on a CUDA GPU, and torch sees none here; without one, "
-                  "`ucutlass grade FILE PROBLEM --emulate` grades what the program means (torch ops, no nvcc), "
-                  "`ucutlass check` and `ucutlass compile` still work, and Python solutions are graded on "
-                  "the CPU", file=sys.stderr)
+            message = ("a compiled .ucut kernel runs on a CUDA GPU, and torch sees none here; without one, "
+                       "`ucutlass grade FILE PROBLEM --emulate` grades what the program means (torch ops, no nvcc), "
+                       "`ucutlass check` and `ucutlass compile` still work, and Python solutions are graded on "
+                       "the CPU")
+            _json_error(args, UcutError(message))
+            print(f"error: {message}", file=sys.stderr)
             return 2
     solution = _solution_for_file(args.file, problem, args)
     import torch
@@ -535,6 +537,8 @@ def cmd_tune(args) -> int:
                         time_limit_s=args.time_limit, dispatch=args.dispatch, sol_timeout_s=_timeout(args))
     if args.dispatch < 1:
         raise UcutError(f"--dispatch must be at least 1, got {args.dispatch}")
+    if args.dry_run and args.json:
+        raise UcutError("--json reports a finished tune; --dry-run prints the plan as text (leave out one of them)")
     if args.dry_run:
         p = plan(problem, program, kernel=args.kernel, source_file=str(spec), max_workloads=args.max_workloads)
         t_sol = None
