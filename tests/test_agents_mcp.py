@@ -30,7 +30,7 @@ kernel qkv : gemm {
 }
 """
 BAD = GOOD.replace("schedule = cooperative", "schedule = coperative")
-TOOLS = {"problem", "sol", "prompt", "check", "compile", "grade", "tune", "best"}
+TOOLS = {"problem", "sol", "prompt", "card", "check", "compile", "grade", "tune", "best"}
 
 
 def result(r) -> dict:
@@ -50,6 +50,12 @@ def test_tools_in_process(tmp_path):
             assert names == TOOLS
             card = (await client.read_resource("ucutlass://card")).contents[0].text
             assert card.startswith("# The `.ucut` language") and "## Rules (sm90)" in card
+            part = result(await client.call_tool("card", {"sections": ["Attention"]}))
+            assert part["ok"] and part["text"].startswith("## Attention") and part["text"] in card
+            wrong = result(await client.call_tool("card", {"sections": ["Atention"]}))
+            assert not wrong["ok"] and "Attention" in wrong["error"]
+            none = result(await client.call_tool("best", {"problem": PROBLEM}))
+            assert not none["ok"] and "no tune results" in none["error"]
 
             good = validate(result(await client.call_tool("check", {"program": GOOD, "problem": PROBLEM})))
             assert good["ok"] and good["kernels"][0]["legal_combinations"] == 1

@@ -2,7 +2,7 @@
 
 Tools (each returns a feedback document of ``feedback-v1.json`` where the command has one):
 ``problem`` (definition and workloads in brief), ``sol`` (T_SOL per workload), ``prompt`` (the task prompt),
-``check``, ``compile`` (``emit_only`` for the CUTLASS C++ alone), ``grade`` (``emulate`` on a CPU), ``tune`` and
+``card`` (the language card, whole or by section), ``check``, ``compile`` (``emit_only`` for the CUTLASS C++ alone), ``grade`` (``emulate`` on a CPU), ``tune`` and
 ``best`` (a finished tune's program and table). The card (docs/DSL.md) is the resource ``ucutlass://card``.
 
 Isolation: every tool that reads a program or a problem's code runs the ``ucutlass`` command line in a child
@@ -70,6 +70,7 @@ class Workbench:
         self.problems = [str(Path(p).resolve()) for p in problems]
         self.timeout_s = float(timeout_s)
         self.root = Path(root or tempfile.mkdtemp(prefix="ucutlass-mcp-"))
+        self.tunes = Path.cwd() / "ucutlass-tune"  # where tune writes, as the command line does from here
         self.calls = 0
 
     def folder(self) -> Path:
@@ -153,10 +154,28 @@ def create_server(problems: Sequence[str] = (), timeout_s: float = 600.0, root: 
     def bad_input(command: str, e: Exception, **fields: Any) -> dict[str, Any]:
         return error_document(command, e, **fields)
 
+    def card_text() -> str:
+        return resources.files("ucutlass.docs").joinpath("DSL.md").read_text(encoding="utf-8")
+
     @server.resource("ucutlass://card", name="card", mime_type="text/markdown",
                      description="The .ucut language card (docs/DSL.md): syntax, settings, rules, error codes")
-    def card() -> str:
-        return resources.files("ucutlass.docs").joinpath("DSL.md").read_text(encoding="utf-8")
+    def card_resource() -> str:
+        return card_text()
+
+    @server.tool(description="The .ucut language card (docs/DSL.md), whole or only the named sections (e.g. "
+                             "'Attention', 'Rules (sm90)'); `sections` lists the section names.")
+    def card(sections: list[str] | None = None) -> dict[str, Any]:
+        from .prompt import card_sections
+
+        parts = card_sections(card_text())
+        names = [n for n in parts if n]
+        if not sections:
+            return {"ok": True, "sections": names, "text": card_text()}
+        unknown = [n for n in sections if n not in parts]
+        if unknown:
+            return {"ok": False, "sections": names, "error": f"no section {', '.join(map(repr, unknown))} "
+                                                              f"(valid: {', '.join(names)})"}
+        return {"ok": True, "sections": names, "text": "\n\n".join(parts[n] for n in sections)}
 
     @server.tool(description="A problem's definition in brief: axes, inputs and outputs (shape, dtype), workloads "
                              "(axes and tolerance each), whether it ships a kernel.ucut, and that program.")
@@ -186,6 +205,9 @@ def create_server(problems: Sequence[str] = (), timeout_s: float = 600.0, root: 
                              "feedback format), within max_tokens when given.")
     async def prompt(problem: str, ctx: Context, max_tokens: int | None = None) -> dict[str, Any]:
         args = ["prompt", problem] + (["--max-tokens", str(max_tokens)] if max_tokens else [])
+        study = bench.tunes / Path(problem).name
+        if (study / "results.json").is_file():  # a tune of this server's: its best program and measured baseline
+            args += ["--study", str(study)]
         code, out, err = await bench.run(args, bench.folder(), ctx)
         if code == 0:
             return {"ok": True, "text": out, "tokens_line": err.strip().splitlines()[-1]}
@@ -232,7 +254,7 @@ def create_server(problems: Sequence[str] = (), timeout_s: float = 600.0, root: 
     async def tune(problem: str, ctx: Context, program: str | None = None,
                    trials: int | None = None) -> dict[str, Any]:
         folder = bench.folder()
-        args = ["tune", problem, "--out", str(folder / "tune")]
+        args = ["tune", problem, "--out", str(bench.tunes / Path(problem).name)]
         if program is not None:
             try:
                 path = bench.write_program(program)
@@ -244,9 +266,9 @@ def create_server(problems: Sequence[str] = (), timeout_s: float = 600.0, root: 
         return await bench.document("tune", args, folder, ctx, problem=problem)
 
     @server.tool(description="The best program of a finished tune (its output folder, default "
-                             "ucutlass-tune/PROBLEM) and its results.")
+                             "ucutlass-tune/PROBLEM where the server runs) and its results.")
     def best(problem: str, folder: str | None = None) -> dict[str, Any]:
-        out = Path(folder) if folder else Path("ucutlass-tune") / problem
+        out = Path(folder) if folder else bench.tunes / Path(problem).name
         results, program = out / "results.json", out / "best.ucut"
         if not results.is_file():
             return {"ok": False, "error": f"no tune results at {results} (run the tune tool or `ucutlass tune`)"}
