@@ -86,3 +86,51 @@ def test_episode_fixes_a_draft_from_diagnostics_alone(tmp_path):
     assert "a : bf16" in final and "schedule  =" in final and "tile = 128x128x64" in final
     assert [s["command"] for s in episode.steps][-1] == "grade" and len(episode.steps) <= 4
     assert episode.stop_reason == "passed; the policy has nothing more to try"
+
+
+# --- replay: stop rules on recorded trials ------------------------------------------------------------------
+
+def test_replay_stops_by_each_rule():
+    from ucutlass.agents.replay import RecordedTune, replay
+
+    tune = RecordedTune("p", 3.0, (2.0, None, 1.5, 1.49, 1.2, 1.1))
+    near = replay(tune, epsilon=0.25, patience=12)
+    assert (near.trials, near.speedup, near.reason) == (5, 2.5, "within 0.25 of T_SOL and faster than the baseline")
+    assert near.full_speedup == pytest.approx(3.0 / 1.1) and near.recorded == 6
+    impatient = replay(tune, epsilon=0.0, patience=1)  # the failed second trial is one without gain
+    assert (impatient.trials, impatient.speedup) == (2, 1.5) and "without gain" in impatient.reason
+    everything = replay(tune, epsilon=0.0, patience=12)
+    assert everything.trials == 6 and everything.speedup == everything.full_speedup and "budget" in everything.reason
+    slow = RecordedTune("q", 0.9, (0.95, 0.95))  # within ε of T_SOL but slower than the baseline: not a stop
+    assert replay(slow, epsilon=0.25, patience=12).trials == 2
+
+
+def test_compare_policies_on_recorded_tunes(tmp_path):
+    from search_fakes import FakeBuild, FakeMeasure, make_plan, make_tuner
+    from ucutlass.agents.replay import RecordedTune, compare, format_comparison
+    from ucutlass.search import TuneConfig
+    from ucutlass.search.report import write_outputs
+
+    result = make_tuner(make_plan(), FakeBuild(), FakeMeasure(),
+                        config=TuneConfig(batch=4, seed=1, trials=12, sampler="brute")).run()
+    folder = tmp_path / "qkv_proj_bias_qwen2_5_7b"
+    write_outputs(result, folder)
+    recorded = RecordedTune.from_results(folder)
+    measured = [t for t in result.trials if t["state"] in ("COMPLETE", "FAIL") and not t.get("duplicate")]
+    assert recorded.problem == folder.name and len(recorded.values) == len(measured)
+    assert recorded.headroom == pytest.approx(3.0)  # FakeMeasure: the reference takes 3 T_SOL
+    assert None in recorded.values  # tile M 256 "fails to compile"
+    other = RecordedTune("other", 4.0, (3.0, 2.0, 1.9, 1.9, 1.9, 1.1))
+    rows = compare([recorded, other], [(0.25, 12), (1.0, 2), (2.5, 16)])
+    assert [r["recorded"] for r in rows] == [len(recorded.values) + 6] * 3
+    for r in rows:
+        assert r["trials"] == sum(x.trials for x in r["replays"]) and 0 <= r["saved"] < 1
+        assert 0 < r["ratio"] <= 1
+    assert rows[1]["trials"] < rows[0]["trials"]  # w = 2 stops sooner than w = 12
+    table = format_comparison(rows)
+    assert table.splitlines()[0].split() == ["eps", "w", "trials", "saved", "geomean", "of", "all"]
+    assert len(table.splitlines()) == 2 + len(rows)
+    with pytest.raises(ValueError, match="headroom"):
+        (tmp_path / "bad").mkdir()
+        (tmp_path / "bad" / "results.json").write_text('{"trials": []}')
+        RecordedTune.from_results(tmp_path / "bad")

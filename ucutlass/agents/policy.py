@@ -135,20 +135,25 @@ class StopRule:
 
     def record(self, grade: dict | None) -> bool:
         """Count one attempt (its grade document, or None when it did not get as far as a grade); True to stop."""
-        self.attempts += 1
-        speedup = None
+        speedup, near = None, False
         if grade is not None and grade.get("ok") and grade.get("summary"):
             speedup = grade["summary"].get("geomean_speedup")
             perfs = [r["evaluation"]["performance"] for r in grade.get("records", [])]
-            near = perfs and all(p and p.get("t_sol_ms") and p["latency_ms"] <= (1 + self.epsilon) * p["t_sol_ms"]
-                                 and p["latency_ms"] < p["reference_latency_ms"] for p in perfs)
-            if near:
-                self.reason = f"within {self.epsilon:g} of T_SOL and faster than the baseline"
-                return True
+            near = bool(perfs) and all(p and p.get("t_sol_ms") and p["latency_ms"] <= (1 + self.epsilon) * p["t_sol_ms"]
+                                       and p["latency_ms"] < p["reference_latency_ms"] for p in perfs)
+        return self.observe(speedup, near)
+
+    def observe(self, speedup: float | None, near_sol: bool) -> bool:
+        """Count one attempt by its numbers: its geomean speedup over the baseline (None: it failed) and whether it
+        is within (1 + ε)·T_SOL and faster than the baseline; True to stop (``reason`` says why)."""
+        self.attempts += 1
         if speedup is not None and (self.best is None or speedup > self.best * 1.01):
             self.best, self.since_gain = speedup, 0
         else:
             self.since_gain += 1
+        if near_sol:
+            self.reason = f"within {self.epsilon:g} of T_SOL and faster than the baseline"
+            return True
         if self.since_gain >= self.patience:
             self.reason = f"{self.patience} attempts without gain"
             return True

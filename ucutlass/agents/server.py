@@ -1,9 +1,10 @@
 """``ucutlass mcp``: a Model Context Protocol server over stdio (the official ``mcp`` SDK, 2.x ``MCPServer``).
 
 Tools (each returns a feedback document of ``feedback-v1.json`` where the command has one):
-``problem`` (definition and workloads in brief), ``sol`` (T_SOL per workload), ``prompt`` (the task prompt),
-``card`` (the language card, whole or by section), ``check``, ``compile`` (``emit_only`` for the CUTLASS C++ alone), ``grade`` (``emulate`` on a CPU), ``tune`` and
-``best`` (a finished tune's program and table). The card (docs/DSL.md) is the resource ``ucutlass://card``.
+``problem`` (definition and workloads in brief), ``sol`` (T_SOL per workload), ``prompt`` (the task
+prompt), ``card`` (the language card, whole or by section), ``check``, ``compile`` (``emit_only`` for the
+CUTLASS C++ alone), ``grade`` (``emulate`` on a CPU), ``tune`` and ``best`` (a finished tune's program and
+table). The card (docs/DSL.md) is also the resource ``ucutlass://card``.
 
 Isolation: every tool that reads a program or a problem's code runs the ``ucutlass`` command line in a child
 process of its own session (its own process group), with the program written to a fresh folder; ``grade`` then
