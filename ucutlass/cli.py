@@ -726,8 +726,8 @@ def build_parser() -> argparse.ArgumentParser:
     _problems_arg(p)
     p.set_defaults(func=cmd_prompt)
 
-    p = sub.add_parser("mcp", help="an MCP server over stdio (tools: problem, sol, prompt, card, check, compile, grade, "
-                       "tune, best; the card also as a resource) for LLM agents")
+    p = sub.add_parser("mcp", help="an MCP server over stdio (tools: problem, sol, prompt, card, check, compile, "
+                       "grade, tune, best; the card also as a resource) for LLM agents")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="limit of one tool call (its command is killed past it; default 600)")
     _problems_arg(p)
