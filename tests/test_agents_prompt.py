@@ -94,3 +94,14 @@ def test_published_baseline_is_labelled_b200():
     assert prompt.tokens < LIMIT
     assert "measured on a B200 (not this GPU)" in prompt.text
     assert "## Starting program" not in prompt.text  # none shipped: the card's example program stands for it
+
+
+@pytest.mark.skipif(not (SHARED / "L1_067_flash_attention_gqa_ultralong").is_dir(), reason="no sol-execbench copy")
+def test_without_a_kernel_ucut_the_reference_suggests_families():
+    sections = card_sections()
+    attention = build_prompt(find_problem("L1_067_flash_attention_gqa_ultralong", [str(SHARED)]), sol=False)
+    assert sections["Attention"] in attention.text and sections["Rules (sm90)"] in attention.text
+    gemm = build_prompt(find_problem("FlashInfer-Bench_007_gemm_n4096_k4096", [str(SHARED)]), sol=False)
+    assert sections["Attention"] not in gemm.text and sections["Grouped GEMM"] not in gemm.text
+    fitted = build_prompt(find_problem("L1_067_flash_attention_gqa_ultralong", [str(SHARED)]), max_tokens=LIMIT)
+    assert fitted.tokens <= LIMIT and sections["Attention"] in fitted.text

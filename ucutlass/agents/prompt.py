@@ -35,6 +35,11 @@ CARD_SECTIONS = {
                      "Errors"),
     "attention": ("A program", "Choices", "Attention", "Errors"),
 }
+#: Without a kernel.ucut, the families a problem's reference suggests (any of the words in its code), beside gemm.
+FAMILY_HINTS = {
+    "attention": ("scaled_dot_product_attention", "softmax", "flash_attn"),
+    "grouped_gemm": ("_grouped_mm", "grouped_mm", "expert"),
+}
 #: Extra sections by what a problem holds: FP8 inputs, a target of sm100.
 FP8_SECTION, SM100_SECTION = "FP8 and block-scaled GEMM", "Blackwell (sm100)"
 #: Sections dropped first under --max-tokens (least useful first); the rest are kept.
@@ -111,9 +116,11 @@ class Prompt:
 
 
 def _families(problem) -> tuple[list[str], object | None]:
-    """The kernel families of the problem's kernel.ucut (in order, once each) and its program; gemm without one."""
+    """The kernel families of the problem's kernel.ucut (in order, once each) and its program; without one, gemm
+    and the families its reference's code suggests (FAMILY_HINTS)."""
     if problem.spec_path is None:
-        return ["gemm"], None
+        code = problem.reference_source
+        return ["gemm"] + [f for f, words in FAMILY_HINTS.items() if any(w in code for w in words)], None
     from ..lang import parse_file
 
     try:
