@@ -176,3 +176,35 @@ def test_a_wrong_record_fails(capsys, files):
                            "evaluation": {"status": "GREAT", "reason": "", "log": "", "environment": {},
                                           "timestamp": "", "correctness": None, "performance": None, "checks": {}}}]}
     assert any("GREAT" in e for e in schema_errors(status))
+
+
+def test_compile_document_of_builds(capsys, files, tmp_path, monkeypatch):
+    """The nvcc path's document (nvcc itself is tested in test_compile_nvcc.py): a build that worked and one that
+    failed, from the builder's BuildResults."""
+    import ucutlass.build
+    from ucutlass.build import BuildResult
+
+    state = {"fail": False}
+
+    def fake_build(kernels, **kw):
+        out = []
+        for i, k in enumerate(kernels):
+            so, cu = tmp_path / f"{k.config_name()}.so", tmp_path / f"{k.config_name()}.cu"
+            so.write_bytes(b"\x7fELF")
+            cu.write_text("// cu")
+            failed = state["fail"]
+            out.append(BuildResult(key=str(i), name=k.config_name(), entry=tmp_path, so_path=None if failed else so,
+                                   source_path=cu, cached=False, seconds=61.5,
+                                   log='error: static assertion failed with "tile"' if failed else "",
+                                   error="nvcc exited 1" if failed else ""))
+        return out
+
+    monkeypatch.setattr(ucutlass.build, "build_kernels", fake_build)
+    rc, doc = run_json(capsys, "compile", files["good"], "-o", str(tmp_path / "out"))
+    entry = validate(doc)["kernels"][0]
+    assert rc == 0 and doc["ok"] and entry["ok"] and entry["seconds"] == 61.5 and entry["so_path"].endswith(".so")
+    assert (tmp_path / "out" / f"{entry['name']}.so").is_file()  # -o copies as without --json
+    state["fail"] = True
+    rc, doc = run_json(capsys, "compile", files["good"])
+    entry = validate(doc)["kernels"][0]
+    assert rc == 1 and not doc["ok"] and entry["so_path"] is None and "static assertion" in entry["log"]
