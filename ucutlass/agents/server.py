@@ -282,8 +282,15 @@ def create_server(problems: Sequence[str] = (), timeout_s: float = 600.0, root: 
 
 
 def serve(problems: Sequence[str] = (), timeout_s: float = 600.0) -> None:
-    """Serve over stdio until the client closes (``ucutlass mcp``)."""
-    create_server(problems, timeout_s).run("stdio")
+    """Serve over stdio until the client closes (``ucutlass mcp``); the calls' scratch folders are removed then
+    (a tune's output stays in ``ucutlass-tune/``)."""
+    import shutil
+
+    server = create_server(problems, timeout_s)
+    try:
+        server.run("stdio")
+    finally:
+        shutil.rmtree(server.bench.root, ignore_errors=True)
 
 
 __all__ = ["MAX_PROGRAM_CHARS", "PROGRESS_EVERY_S", "Workbench", "create_server", "serve"]
