@@ -266,7 +266,8 @@ def build_parts(problem, *, gpu: str = "h200", study: str | Path | None = None, 
         f"Write a `.ucut` program (kernel families: {', '.join(families)}; target {target}) whose kernels bind to "
         "the problem's inputs (`<- name`) and outputs (`-> name`), pass every workload within tolerance and run "
         "as close to T_SOL as you can. `{a, b}` choices are searched by `ucutlass tune`; a graded program is "
-        "concrete. Tools: check, compile, grade (--emulate on a CPU), problem, sol.",
+        "concrete. Tools (`ucutlass mcp`, or the same commands): problem, sol, card, check, compile, grade "
+        "(emulate on a CPU), tune, best.",
     ]))]
     parts.append(Part("problem", _problem_part(problem)))
     if sol:
