@@ -98,3 +98,9 @@ CPP_GROUPED_ARCH = {
     ir.Target.sm100: ("cutlass::arch::Sm100", "SM100", "examples/75_blackwell_grouped_gemm"),
 }
 CPP_INDEX = {IndexType.i32: "int32_t", IndexType.i64: "int64_t"}
+
+#: Conv activation/output layout tags by number of spatial dims (channels last; CUTLASS's conv layouts).
+CPP_CONV_LAYOUT = {1: "cutlass::layout::TensorNWC", 2: "cutlass::layout::TensorNHWC", 3: "cutlass::layout::TensorNDHWC"}
+#: The SM90 conv kernel schedule and its epilogue's (cutlass/conv/dispatch_policy.hpp: non-persistent only).
+CPP_CONV_KERNEL_SCHEDULE = "cutlass::conv::KernelImplicitTmaWarpSpecializedSm90"
+CPP_CONV_EPILOGUE_SCHEDULE = "cutlass::epilogue::TmaWarpSpecialized"

@@ -1,0 +1,227 @@
+"""Convolution (``kernel NAME : conv``): lowering of an implicit-GEMM forward convolution into a ConvKernel.
+
+```ucut
+kernel subsample : conv {
+  a : bf16[N, W, C] <- x          # activation, channels last (NWC; NHWC, NDHWC for 2-D, 3-D)
+  b : bf16[K, S, C] <- weight     # filter KSC (KRSC, KTRSC)
+  d : bf16[N, Q, K] -> out
+  stride = 2   padding = 1   dilation = 1      # one number for every spatial dim, or 2x1 per dim
+  epilogue { bias : bf16[K] <- conv_bias   d = gelu(acc + bias) }
+}
+```
+
+The operands' dims are fixed by their number (:data:`ucutlass.ir.CONV_DIMS`): the rank (1, 2, 3 spatial dims) is
+read from ``a``, and ``b`` and ``d`` must match it. The GEMM settings (tile, cluster, schedule, stages, …) mean what
+they mean for a gemm over the implicit GEMM (M output pixels, N output channels K, K = C·window). The epilogue is the
+gemm's; its inputs are ``[K]`` (one value per output channel) and scalars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from .. import ir
+from ..arch import CONV_RULES
+from ..errors import did_you_mean
+from ..ir import CONV_DIMS, ConvKernel, EpilogueInputKind, Layout, Operand, Pos
+from .ast import Atom, ChoiceNode, Decl, KernelNode, SettingNode
+from .settings import DEFAULTS, FAILED, SETTINGS, Bad, dtype_converter
+
+if TYPE_CHECKING:
+    from .lowering import Lowering
+
+_EXAMPLES = {"a": "a : bf16[N, H, W, C] <- x", "b": "b : bf16[K, R, S, C] <- weight",
+             "d": "d : bf16[N, P, Q, K] -> out"}
+_ROLES = {"a": "the activation", "b": "the filter", "d": "the output"}
+
+
+def _traversal(setting: str, minimum: int):
+    """The converter of ``stride``, ``padding``, ``dilation``: a whole number (every spatial dim) or ``2x1`` (one per
+    spatial dim, outermost first)."""
+    def convert(atom: Atom) -> tuple[int, ...]:
+        parts = atom.text.split("x") if atom.kind in ("shape", "number") else []
+        if parts and all(p.isdigit() and int(p) >= minimum for p in parts):
+            return tuple(int(p) for p in parts)
+        raise Bad(f"{setting} = {atom.text} is not a whole number ≥ {minimum} (every spatial dim) or one per spatial "
+                  "dim such as 2x2", (str(max(1, minimum)), "2x2"))
+    return convert
+
+
+def _groups(atom: Atom) -> int:
+    if atom.kind == "number" and atom.text.isdigit() and int(atom.text) > 0:
+        return int(atom.text)
+    raise Bad(f"groups = {atom.text} is not a whole number > 0", ("1",))
+
+
+#: The settings a conv adds to the gemm's (:data:`ucutlass.ir.CONV_SETTINGS`): converter and default.
+CONV_CONVERTERS = {"stride": (_traversal("stride", 1), (1,)), "padding": (_traversal("padding", 0), (0,)),
+                   "dilation": (_traversal("dilation", 1), (1,)), "groups": (_groups, 1)}
+assert tuple(CONV_CONVERTERS) == ir.CONV_SETTINGS
+#: Every setting name of a conv kernel.
+CONV_SETTING_NAMES = tuple(SETTINGS) + ir.CONV_SETTINGS
+
+
+def lower_conv(lw: "Lowering", k: KernelNode) -> ConvKernel | None:
+    """Lower one ``kernel NAME : conv { … }`` AST; None after reporting errors (through ``lw.error``)."""
+    values: dict[str, Any] = {}
+    setting_pos: dict[str, Pos] = {}
+    first_at: dict[str, Pos] = {}
+    decls: dict[str, Decl] = {}
+    epilogue = None
+    for item in k.items:
+        if isinstance(item, SettingNode):
+            if item.name in CONV_CONVERTERS:
+                if item.name in first_at:
+                    lw.error("duplicate-setting", f"{item.name} is set twice (first at line "
+                             f"{first_at[item.name].line})", item.name_pos)
+                    continue
+                first_at[item.name] = item.name_pos
+                setting_pos[item.name] = item.value.pos
+                if isinstance(item.value, ChoiceNode):
+                    lw.error("choice-not-allowed", f"{item.name} is part of what the convolution computes, not a "
+                             "search choice: write one value", item.value.pos)
+                    continue
+                value = lw.atom(item.value, CONV_CONVERTERS[item.name][0], FAILED)
+                if value is not FAILED:
+                    values[item.name] = value
+            elif item.name in SETTINGS:
+                lw.setting(item, k, CONV_RULES, first_at, setting_pos, values)
+            else:
+                hint = (f"; {item.name} is an operand: declare it with ':' ({_EXAMPLES[item.name]})"
+                        if item.name in _EXAMPLES else did_you_mean(item.name, list(CONV_SETTING_NAMES)))
+                lw.error("unknown-setting", f"unknown setting {item.name!r}{hint}", item.name_pos, CONV_SETTING_NAMES)
+        elif isinstance(item, Decl):
+            if item.name not in _EXAMPLES:
+                if item.name == "c":
+                    lw.error("unsupported", "a conv has no source operand c yet; add per-channel inputs ([K]) in "
+                             "the epilogue", item.name_pos, tuple(_EXAMPLES))
+                else:
+                    lw.error("unknown-operand", f"{item.name!r} is not a conv operand (a: the activation, b: the "
+                             "filter, d: the output); extra inputs of the epilogue are declared inside epilogue { }"
+                             + did_you_mean(item.name, list(_EXAMPLES)), item.name_pos, tuple(_EXAMPLES))
+                continue
+            if "." + item.name in first_at:
+                lw.error("duplicate-operand", f"operand {item.name} is declared twice (first at line "
+                         f"{first_at['.' + item.name].line})", item.name_pos)
+                continue
+            first_at["." + item.name] = item.name_pos
+            decls[item.name] = item
+        else:
+            if epilogue is not None:
+                lw.error("duplicate-epilogue", f"a kernel has one epilogue block (first at line {epilogue.pos.line})",
+                         item.pos)
+                continue
+            epilogue = item
+
+    missing = [n for n in _EXAMPLES if n not in decls]
+    if missing:
+        lw.error("missing-operand", f"conv {k.name} needs operands a (activation), b (filter) and d (output); "
+                 f"missing: {', '.join(missing)}", k.name_pos, tuple(_EXAMPLES[n] for n in missing))
+    rank = _rank(lw, decls.get("a"))
+    operands = {name: op for name, d in decls.items() if (op := _operand(lw, d, rank, setting_pos)) is not None}
+    traversal = _traversal_values(lw, values, setting_pos, rank)
+    inputs, expr = _epilogue(lw, epilogue)
+    if len(lw.diags) > lw.kernel_start:
+        return None
+    for name in SETTINGS:
+        values.setdefault(name, DEFAULTS[name])
+    values.update(traversal)
+    values["group_count"] = values.pop("groups", 1)
+    return ConvKernel(name=k.name, a=operands["a"], b=operands["b"], c=None, d=operands["d"], epilogue_inputs=inputs,
+                      epilogue=expr, pos=k.name_pos, setting_pos=setting_pos, **values)
+
+
+def _rank(lw: "Lowering", a: Decl | None) -> int | None:
+    """Spatial dims of the conv, read from ``a``'s dims (None when a is missing or has no dims)."""
+    if a is None or a.dims is None:
+        return None
+    n = len(a.dims.names) - 2
+    if n not in CONV_DIMS:
+        valid = tuple(f"[{', '.join(CONV_DIMS[r]['a'])}]" for r in CONV_DIMS)
+        lw.error("bad-dims", f"a is declared over [{', '.join(str(x) for x in a.dims.names)}]: a conv's activation "
+                 "has 1, 2 or 3 spatial dims between N and C", a.dims.pos, valid)
+        return None
+    return n
+
+
+def _operand(lw: "Lowering", d: Decl, rank: int | None, setting_pos: dict[str, Pos]) -> Operand | None:
+    name = d.name
+    ok = True
+    if isinstance(d.dtype, ChoiceNode):
+        dtype: Any = lw.value(f"{name}.dtype", d.dtype, dtype_converter(name))
+    else:
+        dtype = lw.atom(d.dtype, dtype_converter(name), FAILED)
+    setting_pos[f"{name}.dtype"] = d.dtype.pos
+    ok &= dtype is not FAILED
+    if d.dims is None:
+        lw.error("bad-dims", f"{name} needs its dims, e.g. {_EXAMPLES[name]}", d.dtype.pos)
+        ok = False
+    elif rank is not None and tuple(str(x) for x in d.dims.names) != CONV_DIMS[rank][name]:
+        want = CONV_DIMS[rank][name]
+        lw.error("bad-dims", f"{name} ({_ROLES[name]}) is declared over [{', '.join(str(x) for x in d.dims.names)}]; "
+                 f"a {rank}-D conv (a over [{', '.join(CONV_DIMS[rank]['a'])}]) declares {name} over "
+                 f"[{', '.join(want)}], channels last", d.dims.pos, (f"[{', '.join(want)}]",))
+        ok = False
+    if d.layout is not None and (isinstance(d.layout, ChoiceNode) or d.layout.text != "row"):
+        lw.error("bad-layout", f"{name}: a conv's tensors are channels last (row, the default: the last dim is "
+                 "contiguous); declare the dims in memory order instead", d.layout.pos, ("row",))
+        ok = False
+    binding = None
+    if d.source is not None:
+        binding = d.source.text
+        if d.source.kind == "literal":
+            lw.error("bad-binding", f"operand {name} is a tensor; only an epilogue scalar takes a value", d.source.pos)
+            ok = False
+        elif (name == "d") != (d.source.kind == "out"):
+            arrow = "->" if name == "d" else "<-"
+            lw.error("bad-binding", f"{name} is {'the output' if name == 'd' else 'an input'}: bind it with '{arrow}' "
+                     f"({name} : ... {arrow} {binding})", d.source.pos, (arrow,))
+            ok = False
+    if not ok or rank is None:
+        return None
+    return Operand(name, dtype, CONV_DIMS[rank][name], Layout.row, binding, d.pos)
+
+
+def _traversal_values(lw: "Lowering", values: dict[str, Any], setting_pos: dict[str, Pos],
+                      rank: int | None) -> dict[str, tuple[int, ...]]:
+    """``stride``, ``padding``, ``dilation`` with one entry per spatial dim (a single number repeated)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for name in ("stride", "padding", "dilation"):
+        value = values.pop(name, CONV_CONVERTERS[name][1])
+        if rank is None:
+            continue
+        if len(value) == 1:
+            value = value * rank
+        elif len(value) != rank:
+            lw.error("bad-value", f"{name} = {'x'.join(map(str, value))} has {len(value)} entries; a {rank}-D conv "
+                     f"takes one number or {rank}", setting_pos[name],
+                     (str(value[0]), "x".join([str(value[0])] * rank)))
+        out[name] = value
+    return out
+
+
+def _epilogue(lw: "Lowering", epi: Any) -> tuple[tuple[ir.EpilogueInput, ...], ir.Expr]:
+    """The gemm's epilogue lowering with ``[K]`` inputs read as per-output-channel rows (``[N]`` of the implicit
+    GEMM); every other tensor input and the extra outputs are refused."""
+    if epi is None:
+        return (), ir.Acc()
+    per_channel: set[str] = set()
+    items = []
+    for item in epi.items:
+        if isinstance(item, Decl) and item.dims is not None:
+            names = tuple(str(x) for x in item.dims.names)
+            if names == ("K",):
+                per_channel.add(item.name)
+                item = dataclasses.replace(item, dims=dataclasses.replace(item.dims, names=("N",)))
+            else:
+                lw.error("unsupported", f"{item.name} is over [{', '.join(names)}]; a conv epilogue input is [K] (one "
+                         "value per output channel) or a scalar", item.dims.pos, ("[K]", "no dims"))
+                continue
+        items.append(item)
+    inputs, expr, outputs = lw.epilogue(dataclasses.replace(epi, items=tuple(items)), c_pos=None)
+    if outputs:
+        lw.error("unsupported", f"{outputs[0].name}: a conv epilogue writes d only; extra outputs come later",
+                 outputs[0].pos, ("d",))
+    return tuple(dataclasses.replace(i, dims=("K",)) if i.name in per_channel and
+                 i.kind is EpilogueInputKind.row_vector else i for i in inputs), expr
