@@ -1,0 +1,310 @@
+"""Convolutions (``kernel NAME : conv``, issue 21): the language, the sm90 rules, the render, the binding and the
+emulation against torch, on the CPU; one real nvcc compile (marker ``nvcc``); the compiled kernels against torch on
+the H200 (marker ``gpu``: ``pytest -m gpu tests/test_conv.py``)."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from shared_data import REPO
+
+from ucutlass import arch
+from ucutlass.bind import bind
+from ucutlass.codegen import abi_of, render
+from ucutlass.emulate import emulate_kernel
+from ucutlass.errors import CheckError, UcutSyntaxError
+from ucutlass.ir import ConvKernel, EpilogueInputKind, Schedule
+from ucutlass.lang import parse, parse_file
+from ucutlass.problem import find_problem, load_problem
+
+PROBLEM = "whisper_conv2_gelu_base"
+SHIPPED = REPO / "problems" / PROBLEM / "kernel.ucut"
+
+#: (rank, activation, filter, output dims, extents, stride, padding, dilation): the three ranks, strides 1 and 2.
+CASES = {
+    1: ("[N, W, C]", "[K, S, C]", "[N, Q, K]", dict(N=2, W=37, C=16, K=24, S=3), (2,), (1,), (1,)),
+    2: ("[N, H, W, C]", "[K, R, S, C]", "[N, P, Q, K]", dict(N=2, H=9, W=11, C=8, K=16, R=3, S=3), (2, 1), (1, 0),
+        (1, 2)),
+    3: ("[N, D, H, W, C]", "[K, T, R, S, C]", "[N, Z, P, Q, K]", dict(N=1, D=5, H=6, W=7, C=8, K=8, T=3, R=3, S=3),
+        (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+}
+
+
+def conv_source(rank: int, epilogue: str = "bias : bf16[K]   d = relu(acc + bias) * 0.5", extra: str = "") -> str:
+    act, flt, out, _, stride, padding, dilation = CASES[rank]
+    spell = lambda t: "x".join(map(str, t)) if len(t) > 1 else str(t[0])  # noqa: E731
+    return (f"kernel c{rank}d : conv {{\n  a : bf16{act}\n  b : bf16{flt}\n  d : bf16{out}\n"
+            f"  stride = {spell(stride)}   padding = {spell(padding)}   dilation = {spell(dilation)}\n"
+            f"  tile = 128x64x64 {extra}\n  epilogue {{ {epilogue} }}\n}}\n")
+
+
+def errors(text: str, file: str = "bad.ucut"):
+    """The diagnostics of parsing ``text`` (with ``check``'s rules)."""
+    with pytest.raises(UcutSyntaxError) as e:
+        parse(text, file)
+    return e.value.diagnostics
+
+
+# --- language ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_parse_every_rank(rank):
+    k = parse(conv_source(rank)).kernel()
+    act, flt, out, _, stride, padding, dilation = CASES[rank]
+    assert isinstance(k, ConvKernel) and k.family == "conv" and k.rank == rank
+    assert k.a.dims == tuple(act.strip("[]").split(", ")) and k.b.dims == tuple(flt.strip("[]").split(", "))
+    assert k.d.dims == tuple(out.strip("[]").split(", "))
+    assert (k.stride, k.padding, k.dilation, k.group_count) == (stride, padding, dilation, 1)
+    (bias,) = k.epilogue_inputs
+    assert bias.dims == ("K",) and bias.kind is EpilogueInputKind.row_vector  # per output channel: GEMM N
+    assert f"conv{rank}d_s" in k.config_name()
+
+
+def test_one_number_is_every_spatial_dim():
+    k = parse(conv_source(2).replace("stride = 2x1", "stride = 2").replace("dilation = 1x2", "dilation = 3")).kernel()
+    assert k.stride == (2, 2) and k.dilation == (3, 3) and k.padding == (1, 0)
+
+
+@pytest.mark.parametrize("change, code, line, col, valid", [
+    (("b : bf16[K, R, S, C]", "b : bf16[K, S, R, C]"), "bad-dims", 3, 11, "[K, R, S, C]"),
+    (("d : bf16[N, P, Q, K]", "d : bf16[N, P, Q, K] col"), "bad-layout", 4, 24, "row"),
+    (("stride = 2x1", "stride = 2x1x1"), "bad-value", 5, 12, "2x2"),
+    (("stride = 2x1", "stride = {1, 2}"), "choice-not-allowed", 5, 12, None),
+    (("stride = 2x1", "strides = 2x1"), "unknown-setting", 5, 3, "stride"),
+    (("bias : bf16[K]", "bias : bf16[N, K]"), "unsupported", 7, 25, "[K]"),
+    (("  b : bf16", "  c : bf16[N, P, Q, K]\n  b : bf16"), "unsupported", 3, 3, None),
+    (("padding = 1x0", "padding = -1"), "syntax", 5, 28, None),
+])
+def test_bad_programs_get_positioned_errors(change, code, line, col, valid):
+    diags = errors(conv_source(2).replace(*change))
+    d = next(d for d in diags if d.code == code)
+    assert (d.pos.line, d.pos.column) == (line, col), d
+    if valid:
+        assert valid in d.valid, d
+
+
+def test_missing_operand_names_what_to_write():
+    (d,) = [d for d in errors(conv_source(1).replace("  d : bf16[N, Q, K]\n", "").replace("d = relu", "d = relu"))
+            if d.code == "missing-operand"]
+    assert "d (output)" in d.message or "missing: d" in d.message
+    assert any("d : bf16[N, P, Q, K]" in v for v in d.valid)
+
+
+# --- rules ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra, code", [
+    ("schedule = cooperative", "sm90.conv-schedule"),
+    ("scheduler = stream_k", "sm90.conv-scheduler"),
+    ("split_k = 2", "sm90.conv-scheduler"),
+    ("groups = 2", "sm90.conv-groups"),
+    ("alignment = 4", "sm90.conv-alignment"),
+    ("target = sm100", "sm90.conv-target"),
+])
+def test_rules_refuse_what_cutlass_conv_cannot_build(extra, code):
+    k = parse(conv_source(2, extra=extra), "r.ucut").kernel()
+    diags = arch.check_kernel(k)
+    assert code in {d.code for d in diags}, diags
+    d = next(d for d in diags if d.code == code)
+    assert d.pos.line == 6 and d.valid  # at the setting, with what to write instead
+
+
+def test_fp8_inputs_are_refused():
+    k = parse(conv_source(1).replace("a : bf16", "a : f8e4m3").replace("b : bf16", "b : f8e4m3")).kernel()
+    assert {d.code for d in arch.check_kernel(k)} == {"sm90.conv-dtype"}
+
+
+def test_gemm_rules_apply_to_the_implicit_gemm():
+    """Tile, cluster and shared memory are the sm90 GEMM rules on the GEMM view (warpspecialized: tile M 64 or 128)."""
+    k = parse(conv_source(2).replace("tile = 128x64x64", "tile = 256x128x64")).kernel()
+    assert "sm90.warpspecialized-tile-m" in {d.code for d in arch.check_kernel(k)}
+    assert arch.resolve_schedule(k) is Schedule.warpspecialized
+    ok = parse(conv_source(2)).kernel()
+    assert arch.check_kernel(ok) == []
+
+
+def test_extents_rules():
+    k = parse(conv_source(2)).kernel()
+    good = dict(CASES[2][3], P=5, Q=7)
+    assert arch.check_kernel(k, good) == []
+    diags = arch.check_kernel(k, dict(good, C=12))  # 24 bytes: not a multiple of 16
+    assert {d.code for d in diags} == {"sm90.conv-align"} and "16" in diags[0].valid  # C = 12 → 8 or 16
+    wide = dataclasses.replace(k, padding=(300, 0))
+    assert "sm90.conv-extents" in {d.code for d in arch.check_kernel(wide, good)}  # 2-D im2col: padding ≤ 256
+
+
+def test_every_combination_of_the_shipped_program_is_legal():
+    (k,) = parse_file(SHIPPED).kernels
+    legal, rejected = arch.legal_combinations(k, {"N": 1, "W": 3000, "C": 512, "K": 512, "S": 3, "Q": 1500})
+    assert len(legal) == 6 and rejected == []
+    wide = arch.legal_combinations(dataclasses.replace(k, schedule=Schedule.cooperative))
+    assert wide[0] == [] and {d.code for _, ds in wide[1] for d in ds} >= {"sm90.conv-schedule"}
+
+
+# --- render --------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rank, layout", [(1, "TensorNWC"), (2, "TensorNHWC"), (3, "TensorNDHWC")])
+def test_render(rank, layout):
+    k = parse(conv_source(rank)).kernel()
+    cu = render(k, "t.ucut")
+    assert f"using LayoutA = cutlass::layout::{layout};" in cu and "cutlass::conv::Operator::kFprop" in cu
+    assert "cutlass::conv::KernelImplicitTmaWarpSpecializedSm90" in cu and "TmaWarpSpecialized;" in cu
+    assert "Sm90RowBroadcast" in cu and "cutlass::epilogue::thread::ReLu" in cu and "0.5f" in cu
+    _, _, _, _, stride, padding, dilation = CASES[rank]
+    assert f"{{ {', '.join(map(str, stride))} }},  // traversal stride" in cu
+    assert f"{{ {', '.join(map(str, padding))} }},  // lower padding" in cu
+    assert f"{{ {', '.join(map(str, dilation))} }},  // dilation" in cu
+    info = json.loads(cu.split('R"UCUTINFO(')[1].split(')UCUTINFO"')[0])
+    assert info["family"] == "conv" and info["ptrs"] == ["a", "b", "d", "bias"]
+    assert info["extents"] == list(abi_of(k).extents) == list(k.a.dims) + ["K"] + list(k.b.dims[1:-1])
+    assert info["digest"] == k.build_digest()
+
+
+def test_render_refuses_a_broken_rule():
+    k = parse(conv_source(1, extra="schedule = pingpong")).kernel()
+    with pytest.raises(CheckError) as e:
+        render(k)
+    assert "sm90.conv-schedule" in {d.code for d in e.value.diagnostics}
+
+
+# --- binding -------------------------------------------------------------------------------------------------------
+
+def _shipped_kernel(text: str | None = None):
+    program = parse(text if text is not None else SHIPPED.read_text(), str(SHIPPED))
+    return program.resolve({key: c.options[0] for key, c in program.choices().items()}).kernel()
+
+
+def test_the_shipped_program_binds():
+    problem = find_problem(PROBLEM)
+    binding = bind(_shipped_kernel(), problem)
+    assert binding.extents(problem.workloads[0]) == {"N": 1, "W": 3000, "C": 512, "K": 512, "S": 3, "Q": 1500}
+
+
+def test_a_stride_that_does_not_give_the_output_is_a_positioned_error():
+    text = SHIPPED.read_text().replace("stride = 2", "stride = 1")
+    with pytest.raises(CheckError) as e:
+        bind(_shipped_kernel(text), find_problem(PROBLEM))
+    (d,) = [d for d in e.value.diagnostics if d.code == "bind-extent"]
+    assert "Q = 1500" in d.message and "gives Q" in d.message and d.valid == ("3000",)
+    assert d.pos.line == 6  # at d's declaration
+
+
+def test_a_filter_that_does_not_match_is_a_positioned_error(tmp_path):
+    """The filter's C must be the activation's: a problem whose weight has other input channels does not bind."""
+    src = REPO / "problems" / PROBLEM
+    definition = json.loads((src / "definition.json").read_text())
+    definition["axes"]["in_channels"] = {"type": "const", "value": 256}
+    definition["inputs"]["conv_weight"]["shape"] = ["d_model", "kernel_size", "in_channels"]
+    folder = tmp_path / "bad_filter"
+    folder.mkdir()
+    (folder / "definition.json").write_text(json.dumps(definition))
+    (folder / "workload.jsonl").write_text((src / "workload.jsonl").read_text())
+    with pytest.raises(CheckError) as e:
+        bind(_shipped_kernel(), load_problem(folder))
+    (d,) = [d for d in e.value.diagnostics if d.code == "bind-extent"]
+    assert "C = 256" in d.message and "C = 512" in d.message and d.pos.line == 5  # at b's declaration
+
+
+def test_unaligned_channels_are_refused_at_binding(tmp_path):
+    src = REPO / "problems" / PROBLEM
+    definition = json.loads((src / "definition.json").read_text())
+    definition["axes"]["d_model"]["value"] = 514  # not a multiple of 8 bf16 channels
+    folder = tmp_path / "ragged"
+    folder.mkdir()
+    (folder / "definition.json").write_text(json.dumps(definition))
+    (folder / "workload.jsonl").write_text((src / "workload.jsonl").read_text())
+    with pytest.raises(CheckError) as e:
+        bind(_shipped_kernel(), load_problem(folder))
+    codes = {d.code for d in e.value.diagnostics}
+    assert "sm90.conv-align" in codes
+    assert any("512 or 520" in d.message for d in e.value.diagnostics)
+
+
+# --- emulation -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_emulation_matches_torch(rank):
+    """The emulator on channels-last tensors against torch's channels-first conv written independently here."""
+    k = parse(conv_source(rank)).kernel()
+    _, _, _, ext, stride, padding, dilation = CASES[rank]
+    torch.manual_seed(rank)
+    spatial_a = [ext[d] for d in k.a.dims[1:-1]]
+    window = [ext[d] for d in k.b.dims[1:-1]]
+    x = torch.randn(ext["N"], *spatial_a, ext["C"]).to(torch.bfloat16)
+    w = (torch.randn(ext["K"], *window, ext["C"]) * 0.2).to(torch.bfloat16)
+    bias = torch.randn(ext["K"]).to(torch.bfloat16)
+    conv = (F.conv1d, F.conv2d, F.conv3d)[rank - 1]
+    ref = conv(x.double().movedim(-1, 1), w.double().movedim(-1, 1), stride=stride, padding=padding,
+               dilation=dilation)
+    want = (torch.relu(ref.movedim(1, -1) + bias.double()) * 0.5)
+    d = torch.full(want.shape, float("nan"), dtype=torch.bfloat16)
+    emulate_kernel(k).call([x, w, d, bias])
+    assert d.shape == want.shape
+    torch.testing.assert_close(d.double(), want, atol=2e-2, rtol=2e-2)
+    modes = emulate_kernel(k).modes([x, w, d, bias])
+    assert modes == {"M": d.numel() // ext["K"], "N": ext["K"], "K": w[0].numel()}
+
+
+# --- nvcc and the GPU ----------------------------------------------------------------------------------------------
+
+@pytest.mark.nvcc
+def test_conv_compiles_with_nvcc(tmp_path):
+    """One real compile of the shipped program's first combination (about 1-3 minutes on 2 cores)."""
+    from ucutlass.build import build_kernels
+    from ucutlass.runtime import ConvCompiledKernel
+
+    k = bind(_shipped_kernel(), find_problem(PROBLEM)).kernel
+    (result,) = build_kernels([k], jobs=1, root=tmp_path / "cache", timeout_s=900)
+    assert result.ok, result.log[-3000:]
+    assert not result.cached
+    lib = ctypes.CDLL(str(result.so_path))
+    assert all(hasattr(lib, s) for s in ("ucut_run", "ucut_workspace_size", "ucut_can_implement", "ucut_info"))
+    loaded = ConvCompiledKernel(result.so_path, k)  # checks family, pointers and digest; no CUDA call
+    assert loaded.info["family"] == "conv" and loaded.info["extents"] == ["N", "W", "C", "K", "S"]
+
+
+#: Kernels the GPU test compiles: the shipped program, a strided 2-D conv and a dilated, padded 3-D one.
+GPU_SOURCES = {
+    "c1d": SHIPPED.read_text().replace("kernel conv2 : conv", "kernel c1d : conv")
+                              .replace("{128x128x64, 64x128x64, 128x64x64}", "128x128x64")
+                              .replace("{1x1x1, 2x1x1}", "1x1x1"),
+    "c2d": """kernel c2d : conv { a : bf16[N, H, W, C]   b : bf16[K, R, S, C]   d : bf16[N, P, Q, K]
+  stride = 2   padding = 1   tile = 128x128x64   cluster = 2x1x1
+  epilogue { bias : bf16[K]   d = silu(acc + bias) } }""",
+    "c3d": """kernel c3d : conv { a : f16[N, D, H, W, C]   b : f16[K, T, R, S, C]   d : f32[N, Z, P, Q, K]
+  padding = 2   dilation = 2   tile = 64x64x64 }""",
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_compiled_conv_matches_torch(kernel_cache):
+    from gpu_build import build_and_load, poisoned, randn, rel_err
+
+    kernels = build_and_load([parse(src, f"{name}.ucut").kernel() for name, src in GPU_SOURCES.items()],
+                             kernel_cache)
+    # 1-D: the Whisper conv2 shapes (batch 2)
+    x, w, bias = randn(2, 3000, 1280), randn(1280, 3, 1280, std=3840 ** -0.5), randn(1280)
+    out = poisoned(2, 1500, 1280)
+    kernels["c1d"](a=x, b=w, d=out, bias=bias)
+    ref = F.gelu(F.conv1d(x.double().transpose(1, 2), w.double().permute(0, 2, 1), bias.double(), stride=2,
+                          padding=1)).transpose(1, 2)
+    assert rel_err(out, ref) < 1e-2
+    # 2-D, stride 2, a 3x3 filter over 64 channels
+    x, w, bias = randn(4, 56, 56, 64), randn(128, 3, 3, 64, std=576 ** -0.5), randn(128)
+    out = poisoned(4, 28, 28, 128)
+    kernels["c2d"](a=x, b=w, d=out, bias=bias)
+    ref = F.silu(F.conv2d(x.double().permute(0, 3, 1, 2), w.double().permute(0, 3, 1, 2), bias.double(), stride=2,
+                          padding=1)).permute(0, 2, 3, 1)
+    assert rel_err(out, ref) < 1e-2
+    # 3-D, stride 1, padding 2, dilation 2, f16 in, f32 out
+    x, w = randn(2, 8, 16, 16, 32, dtype=torch.float16), randn(64, 3, 3, 3, 32, dtype=torch.float16, std=0.1)
+    out = poisoned(2, 8, 16, 16, 64, dtype=torch.float32)
+    kernels["c3d"](a=x, b=w, d=out)
+    ref = F.conv3d(x.double().movedim(-1, 1), w.double().movedim(-1, 1), padding=2, dilation=2).movedim(1, -1)
+    assert rel_err(out, ref) < 1e-3
