@@ -185,6 +185,27 @@ def test_the_shipped_program_binds():
     assert binding.extents(problem.workloads[0]) == {"N": 1, "W": 3000, "C": 512, "K": 512, "S": 3, "Q": 1500}
 
 
+def test_an_open_program_binds_and_check_runs_the_rules_over_its_choices():
+    problem = find_problem(PROBLEM)
+    k = parse_file(SHIPPED).kernel()
+    assert k.choices() and bind(k, problem).kernel is k  # the rules of the extents: arch.check per combination
+    assert [d.code for d in arch.check(k, bind(k, problem).extents(problem.workloads[0]))] == ["choices"]
+
+
+def test_the_problem_reference_is_within_its_tolerance_of_fp64():
+    """The bf16 reference (its conv rounded before GELU) is within the workload's tolerance of an fp64 evaluation."""
+    p = find_problem(PROBLEM)
+    w = p.workloads[0]
+    mod = p.reference_module()
+    inputs = p.make_inputs(w, device="cpu", seed=1, module=mod)
+    (ref,) = p.run_reference(inputs, module=mod).values()
+    (truth,) = p.run_reference({k: v.double() for k, v in inputs.items()}, module=mod).values()
+    assert tuple(ref.shape) == (1, 1500, 512) and 0.3 < ref.float().std().item() < 3.0  # O(1) outputs
+    tol = w.tolerance
+    matched = ((ref.double() - truth).abs() <= tol.max_atol + tol.max_rtol * truth.abs()).double().mean().item()
+    assert matched == 1.0
+
+
 def test_a_stride_that_does_not_give_the_output_is_a_positioned_error():
     text = SHIPPED.read_text().replace("stride = 2", "stride = 1")
     with pytest.raises(CheckError) as e:

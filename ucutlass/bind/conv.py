@@ -24,7 +24,8 @@ def bind_conv(kernel: ConvKernel, problem: Problem) -> Binding:
 
     Raises:
         CheckError: as :func:`ucutlass.bind.gemm.bind_operands`; an output extent that stride, padding and dilation
-            do not give (``bind-extent``); a rule of the target the workload's extents break (its rule code).
+            do not give (``bind-extent``); for a concrete kernel, a rule of the target the workload's extents break
+            (its rule code).
     """
     binding, extents = bind_operands(kernel, problem)
     diags: list[Diagnostic] = []
@@ -40,7 +41,8 @@ def bind_conv(kernel: ConvKernel, problem: Problem) -> Binding:
                     f"{kernel.dilation[i]}·({ext[window]} - 1) - 1) // {kernel.stride[i]} + 1 = {want} (workload "
                     f"{workload.label()}); check stride, padding and dilation", kernel.d.pos, (str(want),),
                     code="bind-extent"))
-        diags += [d for d in check_kernel(kernel, ext) if d.severity == "error" and d not in diags]
+        if kernel.is_concrete():  # an open kernel: `check` runs the rules over its combinations
+            diags += [d for d in check_kernel(kernel, ext) if d.severity == "error" and d not in diags]
         if diags:
             break
     if diags:
