@@ -93,8 +93,8 @@ def _check_setup(kernel: ConvKernel) -> list[Diagnostic]:
                              "SM90 conv kernel walks its tiles in one plain order (no stream-K, split-K, raster or "
                              "swizzle)", _pos(kernel, name), (ok,)))
     if kernel.group_count != 1:
-        out.append(_diag("sm90.conv-groups", f"groups = {kernel.group_count}: grouped and depthwise convolution are not "
-                         "built (CUTLASS's SM90 fprop mainloop reads one group); keep groups = 1 and run a grouped "
+        out.append(_diag("sm90.conv-groups", f"groups = {kernel.group_count}: grouped and depthwise convolution are "
+                         "not built (CUTLASS's SM90 fprop mainloop reads one group); keep groups = 1 and run a grouped "
                          "conv as a torch step", _pos(kernel, "groups"), ("1",)))
     inputs = (DType.bf16, DType.f16, DType.f32)
     for o in (kernel.a, kernel.b):
@@ -126,8 +126,8 @@ def _check_extents(kernel: ConvKernel, extents: Mapping[str, int]) -> list[Diagn
                              f"{' or '.join(str(n) for n in near)}", o.pos, tuple(str(n) for n in near)))
     limit = PADDING_LIMIT[rank]
     if any(p > limit for p in kernel.padding):
-        out.append(_diag("sm90.conv-extents", f"padding {_common.spell(kernel.padding)}: TMA im2col takes padding up to "
-                         f"{limit} for a {rank}-D conv", _pos(kernel, "padding"), (str(limit),)))
+        out.append(_diag("sm90.conv-extents", f"padding {_common.spell(kernel.padding)}: TMA im2col takes padding up "
+                         f"to {limit} for a {rank}-D conv", _pos(kernel, "padding"), (str(limit),)))
     windows = spatial_of(kernel.b.dims)
     sizes = spatial_of(kernel.a.dims)
     outs = spatial_of(kernel.d.dims)

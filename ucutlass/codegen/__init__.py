@@ -4,8 +4,8 @@ The logic that chooses lives here; the templates are plain C++ with holes (STYLE
 Every render uses ``jinja2.StrictUndefined``: a missing value is an error, never an empty string in C++.
 
 One template per (family, target), :data:`TEMPLATES`, the values of each family's render in :data:`TEMPLATE_VALUES`
-(modules ``gemm``, ``grouped``, ``attention``, ``conv``); what the GEMM templates share (the EVT ``using`` list, the nested
-EVT arguments, the C ABI) lives once in ``templates/_gemm_common.j2``. The generated translation unit exports a
+(modules ``gemm``, ``grouped``, ``attention``, ``conv``); what the GEMM templates share (the EVT ``using`` list, the
+nested EVT arguments, the C ABI) lives once in ``templates/_gemm_common.j2``. The generated translation unit exports a
 fixed C ABI: ``ucut_run(ptrs, scalars, extents, knobs, workspace, workspace_bytes, stream)``,
 ``ucut_workspace_size``, ``ucut_can_implement``, ``ucut_info`` (JSON), ``ucut_last_error`` and ``ucut_abi_version``.
 Every C++ spelling is in ``cpp``; :func:`abi_of` (``abi``) gives the argument order the runtime must follow."""

@@ -43,9 +43,9 @@ class ConvKernel(GemmKernel):
 
     Operands (:data:`CONV_DIMS`): ``a`` the activation [N, (D, H,) W, C], ``b`` the filter [K, (T, R,) S, C], ``d`` the
     output [N, (Z, P,) Q, K], all channels-last and packed, cross-correlation (as ``torch.nn.functional.conv*d``).
-    ``stride``, ``padding``, ``dilation`` hold one whole number per spatial dim, outermost first; ``group_count`` (``groups``) is 1
-    (CUTLASS's SM90 fprop builder has no grouped path). The GEMM settings (tile M x N x K over the GEMM view above,
-    cluster, schedule, stages) mean what they mean for a gemm.
+    ``stride``, ``padding``, ``dilation`` hold one whole number per spatial dim, outermost first; ``group_count``
+    (the setting ``groups``) is 1 (CUTLASS's SM90 fprop builder has no grouped path). The GEMM settings (tile
+    M x N x K over the GEMM view above, cluster, schedule, stages) mean what they mean for a gemm.
     """
 
     stride: tuple[int, ...] = (1,)
