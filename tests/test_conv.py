@@ -78,7 +78,8 @@ def test_one_number_is_every_spatial_dim():
     (("stride = 2x1", "stride = {1, 2}"), "choice-not-allowed", 5, 12, None),
     (("stride = 2x1", "strides = 2x1"), "unknown-setting", 5, 3, "stride"),
     (("bias : bf16[K]", "bias : bf16[N, K]"), "unsupported", 7, 25, "[K]"),
-    (("  b : bf16", "  c : bf16[N, P, Q, K]\n  b : bf16"), "unsupported", 3, 3, None),
+    (("  b : bf16", "  c : bf16[N, Q, K]\n  b : bf16"), "bad-dims", 3, 11, "[N, P, Q, K]"),
+    (("  b : bf16", "  c : bf16[N, P, Q, K]\n  b : bf16"), "unused-input", 3, 3, None),
     (("padding = 1x0", "padding = -1"), "syntax", 5, 28, None),
 ])
 def test_bad_programs_get_positioned_errors(change, code, line, col, valid):
@@ -94,6 +95,16 @@ def test_missing_operand_names_what_to_write():
             if d.code == "missing-operand"]
     assert "d (output)" in d.message or "missing: d" in d.message
     assert any("d : bf16[N, P, Q, K]" in v for v in d.valid)
+
+
+def test_a_source_c_shaped_like_d():
+    k = parse(conv_source(2, "bias : bf16[K]   d = relu(acc + bias) + 0.5 * c").replace(
+        "  d : bf16", "  c : f16[N, P, Q, K] <- res\n  d : bf16")).kernel()
+    assert k.c.dims == k.d.dims and k.c.binding == "res" and [op.name for op in k.operands] == ["a", "b", "c", "d"]
+    assert abi_of(k).ptr_names == ("a", "b", "c", "d", "bias")
+    cu = render(k)
+    assert "using ElementC = cutlass::half_t;" in cu and "static_cast<ElementC const*>(ptrs[2])" in cu
+    assert "Sm90SrcFetch" in cu
 
 
 # --- rules ---------------------------------------------------------------------------------------------------------
@@ -248,6 +259,24 @@ def test_unaligned_channels_are_refused_at_binding(tmp_path):
 
 # --- emulation -----------------------------------------------------------------------------------------------------
 
+def test_emulation_with_a_source_matches_torch():
+    src = conv_source(2, "bias : bf16[K]   d = silu(acc + bias) + c")
+    src = src.replace("  d : bf16", "  c : bf16[N, P, Q, K]\n  d : bf16")
+    k = parse(src).kernel()
+    ext = CASES[2][3]
+    torch.manual_seed(7)
+    x = torch.randn(ext["N"], ext["H"], ext["W"], ext["C"]).to(torch.bfloat16)
+    w = (torch.randn(ext["K"], ext["R"], ext["S"], ext["C"]) * 0.2).to(torch.bfloat16)
+    bias = torch.randn(ext["K"]).to(torch.bfloat16)
+    y = F.conv2d(x.double().permute(0, 3, 1, 2), w.double().permute(0, 3, 1, 2), stride=(2, 1), padding=(1, 0),
+                 dilation=(1, 2)).permute(0, 2, 3, 1)
+    c = torch.randn(y.shape).to(torch.bfloat16)
+    want = F.silu(y + bias.double()) + c.double()
+    d = torch.full(want.shape, float("nan"), dtype=torch.bfloat16)
+    emulate_kernel(k).call([x, w, c, d, bias])
+    torch.testing.assert_close(d.double(), want, atol=3e-2, rtol=2e-2)
+
+
 @pytest.mark.parametrize("rank", [1, 2, 3])
 def test_emulation_matches_torch(rank):
     """The emulator on channels-last tensors against torch's channels-first conv written independently here."""
@@ -289,14 +318,15 @@ def test_conv_compiles_with_nvcc(tmp_path):
     assert loaded.info["family"] == "conv" and loaded.info["extents"] == ["N", "W", "C", "K", "S"]
 
 
-#: Kernels the GPU test compiles: the shipped program, a strided 2-D conv and a dilated, padded 3-D one.
+#: Kernels the GPU test compiles: the shipped program, a strided 2-D conv with a residual and a dilated, padded 3-D
+#: one (f16 in, f32 out, no epilogue).
 GPU_SOURCES = {
     "c1d": SHIPPED.read_text().replace("kernel conv2 : conv", "kernel c1d : conv")
                               .replace("{128x128x64, 64x128x64, 128x64x64}", "128x128x64")
                               .replace("{1x1x1, 2x1x1}", "1x1x1"),
     "c2d": """kernel c2d : conv { a : bf16[N, H, W, C]   b : bf16[K, R, S, C]   d : bf16[N, P, Q, K]
-  stride = 2   padding = 1   tile = 128x128x64   cluster = 2x1x1
-  epilogue { bias : bf16[K]   d = silu(acc + bias) } }""",
+  c : bf16[N, P, Q, K]   stride = 2   padding = 1   tile = 128x128x64   cluster = 2x1x1
+  epilogue { bias : bf16[K]   d = silu(acc + bias) + c } }""",
     "c3d": """kernel c3d : conv { a : f16[N, D, H, W, C]   b : f16[K, T, R, S, C]   d : f32[N, Z, P, Q, K]
   padding = 2   dilation = 2   tile = 64x64x64 }""",
 }
@@ -316,12 +346,12 @@ def test_compiled_conv_matches_torch(kernel_cache):
     ref = F.gelu(F.conv1d(x.double().transpose(1, 2), w.double().permute(0, 2, 1), bias.double(), stride=2,
                           padding=1)).transpose(1, 2)
     assert rel_err(out, ref) < 1e-2
-    # 2-D, stride 2, a 3x3 filter over 64 channels
-    x, w, bias = randn(4, 56, 56, 64), randn(128, 3, 3, 64, std=576 ** -0.5), randn(128)
+    # 2-D, stride 2, a 3x3 filter over 64 channels, a residual c
+    x, w, bias, res = randn(4, 56, 56, 64), randn(128, 3, 3, 64, std=576 ** -0.5), randn(128), randn(4, 28, 28, 128)
     out = poisoned(4, 28, 28, 128)
-    kernels["c2d"](a=x, b=w, d=out, bias=bias)
+    kernels["c2d"](a=x, b=w, c=res, d=out, bias=bias)
     ref = F.silu(F.conv2d(x.double().permute(0, 3, 1, 2), w.double().permute(0, 3, 1, 2), bias.double(), stride=2,
-                          padding=1)).permute(0, 2, 3, 1)
+                          padding=1)).permute(0, 2, 3, 1) + res.double()
     assert rel_err(out, ref) < 1e-2
     # 3-D, stride 1, padding 2, dilation 2, f16 in, f32 out
     x, w = randn(2, 8, 16, 16, 32, dtype=torch.float16), randn(64, 3, 3, 3, 32, dtype=torch.float16, std=0.1)

@@ -32,7 +32,7 @@ def conv_template_values(kernel: ConvKernel, source_file: str = "<string>") -> d
     abi = abi_of(kernel)
     tree = EvtTreeBuilder(kernel, abi)
     root = tree.build(kernel.epilogue, root=True)
-    a, b, d = kernel.a, kernel.b, kernel.d
+    a, b, c, d = kernel.a, kernel.b, kernel.c, kernel.d
     layout = CPP_CONV_LAYOUT[kernel.rank]
     info = {"abi": ABI_VERSION, "name": kernel.name, "config": kernel.config_name(), "family": "conv",
             "target": kernel.target.value, "ptrs": list(abi.ptr_names), "scalars": list(abi.scalar_names),
@@ -46,10 +46,11 @@ def conv_template_values(kernel: ConvKernel, source_file: str = "<string>") -> d
         "operands_desc": "   ".join(f"{op.name.upper()}: {op.dtype.value}[{', '.join(op.dims)}]"
                                     for op in kernel.operands),
         "rank": kernel.rank,
-        "element_a": CPP_ELEMENT[a.dtype], "element_b": CPP_ELEMENT[b.dtype], "element_c": "void",
+        "element_a": CPP_ELEMENT[a.dtype], "element_b": CPP_ELEMENT[b.dtype],
+        "element_c": CPP_ELEMENT[c.dtype] if c else "void",
         "element_d": CPP_ELEMENT[d.dtype], "element_accumulator": CPP_ELEMENT[kernel.accum],
         "layout_a": layout, "layout_b": layout, "layout_c": layout, "layout_d": layout,
-        "align_a": 128 // a.dtype.bits, "align_b": 128 // b.dtype.bits, "align_c": 128 // d.dtype.bits,
+        "align_a": 128 // a.dtype.bits, "align_b": 128 // b.dtype.bits, "align_c": 128 // (c or d).dtype.bits,
         "align_d": 128 // d.dtype.bits,
         "tile": list(kernel.tile), "cluster": list(kernel.cluster), "stages": kernel.stages or 0,
         "kernel_schedule": CPP_CONV_KERNEL_SCHEDULE, "epilogue_schedule": CPP_CONV_EPILOGUE_SCHEDULE,
@@ -62,6 +63,7 @@ def conv_template_values(kernel: ConvKernel, source_file: str = "<string>") -> d
         "evt_nodes": tree.nodes, "evt_root": root,
         "ptr_names": list(abi.ptr_names), "scalar_names": list(abi.scalar_names),
         "ptr_a": tree.ptr("a"), "ptr_b": tree.ptr("b"), "ptr_d": tree.ptr("d"),
+        "c_pointer_expr": f"static_cast<ElementC const*>(ptrs[{tree.ptr('c')}])" if c else "nullptr",
         "n_ptrs": len(abi.ptr_names), "n_scalars_alloc": max(1, len(abi.scalar_names)),
         "abi_version": ABI_VERSION,
         "info_json": json.dumps(info, sort_keys=True),

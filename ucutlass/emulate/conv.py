@@ -12,17 +12,22 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..arch.sm90_conv import gemm_view
 from ..ir import ConvKernel
 from .gemm import GemmEmulator, exact_f32
 
 
 class ConvEmulator(GemmEmulator):
-    """A convolution run as torch ops: ``call(values)`` with the compiled kernel's arguments (ABI order)."""
+    """A convolution run as torch ops: ``call(values)`` with the compiled kernel's arguments (ABI order).
+
+    The epilogue is the GEMM emulator's on the implicit GEMM (:func:`ucutlass.arch.sm90_conv.gemm_view`: ``c`` and
+    ``d`` read as [M, N] = [output pixels, output channels], views of the packed channels-last tensors)."""
 
     family = "conv"
 
     def __init__(self, kernel: ConvKernel):
         super().__init__(kernel)
+        self.gemm = GemmEmulator(gemm_view(kernel))
 
     def call(self, values: Sequence[Any]) -> None:
         """Run on the arguments in ABI order; ``d`` is written in place."""
@@ -37,7 +42,11 @@ class ConvEmulator(GemmEmulator):
         with exact_f32():
             y = conv(x, w, stride=k.stride, padding=k.padding, dilation=k.dilation, groups=k.group_count)
         acc = y.movedim(1, -1).reshape(-1, y.shape[1])  # [N·Z·P·Q, K]: the implicit GEMM's M x N
-        self.epilogue(self.rounded(acc), args, False)
+        flat = dict(args)
+        for name in ("c", "d"):
+            if name in flat:
+                flat[name] = flat[name].view(-1, flat[name].shape[-1])  # d: a view, written through
+        self.gemm.epilogue(self.rounded(acc), flat, False)
 
     def modes(self, values: Sequence[Any]) -> dict[str, int]:
         """The implicit GEMM's modes: ``M`` output pixels, ``N`` output channels, ``K`` = C × filter window."""

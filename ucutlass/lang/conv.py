@@ -13,7 +13,8 @@ kernel subsample : conv {
 The operands' dims are fixed by their number (:data:`ucutlass.ir.CONV_DIMS`): the rank (1, 2, 3 spatial dims) is
 read from ``a``, and ``b`` and ``d`` must match it. The GEMM settings (tile, cluster, schedule, stages, …) mean what
 they mean for a gemm over the implicit GEMM (M output pixels, N output channels K, K = C·window). The epilogue is the
-gemm's; its inputs are ``[K]`` (one value per output channel) and scalars.
+gemm's; its inputs are ``[K]`` (one value per output channel) and scalars, and an optional operand ``c`` shaped like
+``d`` (a residual; CUTLASS's source C) is read as ``c``.
 """
 
 from __future__ import annotations
@@ -32,8 +33,12 @@ if TYPE_CHECKING:
     from .lowering import Lowering
 
 _EXAMPLES = {"a": "a : bf16[N, H, W, C] <- x", "b": "b : bf16[K, R, S, C] <- weight",
-             "d": "d : bf16[N, P, Q, K] -> out"}
-_ROLES = {"a": "the activation", "b": "the filter", "d": "the output"}
+             "c": "c : bf16[N, P, Q, K] <- residual", "d": "d : bf16[N, P, Q, K] -> out"}
+_ROLES = {"a": "the activation", "b": "the filter", "c": "the source (a residual)", "d": "the output"}
+#: The operand whose dims each operand takes (c is shaped like d).
+_DIMS_OF = {"a": "a", "b": "b", "c": "d", "d": "d"}
+#: The operands every conv declares (c, a source the epilogue reads as ``c``, is optional).
+_REQUIRED = ("a", "b", "d")
 
 
 def _traversal(setting: str, minimum: int):
@@ -93,13 +98,9 @@ def lower_conv(lw: "Lowering", k: KernelNode) -> ConvKernel | None:
                 lw.error("unknown-setting", f"unknown setting {item.name!r}{hint}", item.name_pos, CONV_SETTING_NAMES)
         elif isinstance(item, Decl):
             if item.name not in _EXAMPLES:
-                if item.name == "c":
-                    lw.error("unsupported", "a conv has no source operand c yet; add per-channel inputs ([K]) in "
-                             "the epilogue", item.name_pos, tuple(_EXAMPLES))
-                else:
-                    lw.error("unknown-operand", f"{item.name!r} is not a conv operand (a: the activation, b: the "
-                             "filter, d: the output); extra inputs of the epilogue are declared inside epilogue { }"
-                             + did_you_mean(item.name, list(_EXAMPLES)), item.name_pos, tuple(_EXAMPLES))
+                lw.error("unknown-operand", f"{item.name!r} is not a conv operand (a: the activation, b: the filter, "
+                         "c: a source shaped like d, d: the output); extra inputs of the epilogue are declared inside "
+                         "epilogue { }" + did_you_mean(item.name, list(_EXAMPLES)), item.name_pos, tuple(_EXAMPLES))
                 continue
             if "." + item.name in first_at:
                 lw.error("duplicate-operand", f"operand {item.name} is declared twice (first at line "
@@ -114,21 +115,22 @@ def lower_conv(lw: "Lowering", k: KernelNode) -> ConvKernel | None:
                 continue
             epilogue = item
 
-    missing = [n for n in _EXAMPLES if n not in decls]
+    missing = [n for n in _REQUIRED if n not in decls]
     if missing:
         lw.error("missing-operand", f"conv {k.name} needs operands a (activation), b (filter) and d (output); "
                  f"missing: {', '.join(missing)}", k.name_pos, tuple(_EXAMPLES[n] for n in missing))
     rank = _rank(lw, decls.get("a"))
     operands = {name: op for name, d in decls.items() if (op := _operand(lw, d, rank, setting_pos)) is not None}
     traversal = _traversal_values(lw, values, setting_pos, rank)
-    inputs, expr = _epilogue(lw, epilogue)
+    inputs, expr = _epilogue(lw, epilogue, first_at.get(".c"))
     if len(lw.diags) > lw.kernel_start:
         return None
     for name in SETTINGS:
         values.setdefault(name, DEFAULTS[name])
     values.update(traversal)
     values["group_count"] = values.pop("groups", 1)
-    return ConvKernel(name=k.name, a=operands["a"], b=operands["b"], c=None, d=operands["d"], epilogue_inputs=inputs,
+    return ConvKernel(name=k.name, a=operands["a"], b=operands["b"], c=operands.get("c"), d=operands["d"],
+                      epilogue_inputs=inputs,
                       epilogue=expr, pos=k.name_pos, setting_pos=setting_pos, **values)
 
 
@@ -157,8 +159,8 @@ def _operand(lw: "Lowering", d: Decl, rank: int | None, setting_pos: dict[str, P
     if d.dims is None:
         lw.error("bad-dims", f"{name} needs its dims, e.g. {_EXAMPLES[name]}", d.dtype.pos)
         ok = False
-    elif rank is not None and tuple(str(x) for x in d.dims.names) != CONV_DIMS[rank][name]:
-        want = CONV_DIMS[rank][name]
+    elif rank is not None and tuple(str(x) for x in d.dims.names) != CONV_DIMS[rank][_DIMS_OF[name]]:
+        want = CONV_DIMS[rank][_DIMS_OF[name]]
         lw.error("bad-dims", f"{name} ({_ROLES[name]}) is declared over [{', '.join(str(x) for x in d.dims.names)}]; "
                  f"a {rank}-D conv (a over [{', '.join(CONV_DIMS[rank]['a'])}]) declares {name} over "
                  f"[{', '.join(want)}], channels last", d.dims.pos, (f"[{', '.join(want)}]",))
@@ -180,7 +182,7 @@ def _operand(lw: "Lowering", d: Decl, rank: int | None, setting_pos: dict[str, P
             ok = False
     if not ok or rank is None:
         return None
-    return Operand(name, dtype, CONV_DIMS[rank][name], Layout.row, binding, d.pos)
+    return Operand(name, dtype, CONV_DIMS[rank][_DIMS_OF[name]], Layout.row, binding, d.pos)
 
 
 def _traversal_values(lw: "Lowering", values: dict[str, Any], setting_pos: dict[str, Pos],
@@ -201,10 +203,12 @@ def _traversal_values(lw: "Lowering", values: dict[str, Any], setting_pos: dict[
     return out
 
 
-def _epilogue(lw: "Lowering", epi: Any) -> tuple[tuple[ir.EpilogueInput, ...], ir.Expr]:
+def _epilogue(lw: "Lowering", epi: Any, c_pos: Pos | None) -> tuple[tuple[ir.EpilogueInput, ...], ir.Expr]:
     """The gemm's epilogue lowering with ``[K]`` inputs read as per-output-channel rows (``[N]`` of the implicit
-    GEMM); every other tensor input and the extra outputs are refused."""
+    GEMM) and ``c`` (at ``c_pos`` when declared) readable; every other tensor input and the extra outputs are
+    refused."""
     if epi is None:
+        lw.epilogue(None, c_pos=c_pos)  # reports a declared c that nothing reads
         return (), ir.Acc()
     per_channel: set[str] = set()
     items = []
@@ -219,7 +223,7 @@ def _epilogue(lw: "Lowering", epi: Any) -> tuple[tuple[ir.EpilogueInput, ...], i
                          "value per output channel) or a scalar", item.dims.pos, ("[K]", "no dims"))
                 continue
         items.append(item)
-    inputs, expr, outputs = lw.epilogue(dataclasses.replace(epi, items=tuple(items)), c_pos=None)
+    inputs, expr, outputs = lw.epilogue(dataclasses.replace(epi, items=tuple(items)), c_pos=c_pos)
     if outputs:
         lw.error("unsupported", f"{outputs[0].name}: a conv epilogue writes d only; extra outputs come later",
                  outputs[0].pos, ("d",))

@@ -1,6 +1,6 @@
 """The convolution family's launcher: a compiled ``kernel NAME : conv`` called on torch tensors.
 
-The shared object exports the common C ABI (:mod:`.base`) with ptrs ``a, b, d`` and the epilogue's tensor inputs,
+The shared object exports the common C ABI (:mod:`.base`) with ptrs ``a, b, [c,] d`` and the epilogue's tensor inputs,
 extents ``N``, the activation's spatial dims, ``C``, ``K``, the filter's spatial dims
 (:func:`ucutlass.codegen.abi_of`), no knobs. :class:`ConvCompiledKernel` checks every tensor first (device, dtype,
 rank, packed channels-last, extents that agree, the output's spatial extents from stride, padding and dilation) and
@@ -65,7 +65,7 @@ class ConvCompiledKernel(KernelLauncher):
         inputs = {i.name: i for i in k.epilogue_inputs}
         for name in self.abi.ptr_names:
             t = tensors[name]
-            decl = getattr(k, name) if name in ("a", "b", "d") else inputs[name]
+            decl = getattr(k, name) if name in ("a", "b", "c", "d") else inputs[name]
             if type(t) is not torch.Tensor:
                 raise KernelRuntimeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
             if t.device != a.device:
