@@ -115,7 +115,8 @@ def test_a_source_c_shaped_like_d():
     ("split_k = 2", "sm90.conv-scheduler"),
     ("groups = 2", "sm90.conv-groups"),
     ("alignment = 4", "sm90.conv-alignment"),
-    ("target = sm100", "sm90.conv-target"),
+    ("target = sm100   schedule = warpspecialized", "sm100.conv-schedule"),
+    ("target = sm100   scheduler = stream_k", "sm100.conv-scheduler"),
 ])
 def test_rules_refuse_what_cutlass_conv_cannot_build(extra, code):
     k = parse(conv_source(2, extra=extra), "r.ucut").kernel()
@@ -123,6 +124,19 @@ def test_rules_refuse_what_cutlass_conv_cannot_build(extra, code):
     assert code in {d.code for d in diags}, diags
     d = next(d for d in diags if d.code == code)
     assert d.pos.line == 6 and d.valid  # at the setting, with what to write instead
+
+
+def test_sm100_conv_takes_the_sm100_gemm_rules():
+    """target = sm100: the tcgen05 conv (compile-only here); auto is 2sm with an even cluster M, the sm100 tile rules
+    apply to the MMA tile, and the render takes the SM100 builder, schedules and the CTA tile for the EVT."""
+    k = parse(conv_source(2, extra="target = sm100   cluster = 2x1x1").replace("128x64x64", "256x128x64")).kernel()
+    assert arch.check_kernel(k) == [] and arch.resolve_schedule(k) is Schedule.warpspecialized_2sm
+    cu = render(k)
+    assert "cutlass::conv::KernelImplicitTmaWarpSpecialized2SmSm100" in cu and "TmaWarpSpecialized2Sm;" in cu
+    assert "using CtaTileShape = Shape<_128, _128, _64>;" in cu and "Sm90RowBroadcast<0, CtaTileShape" in cu
+    assert "GemmUniversalMode" not in cu  # the SM100 ConvUniversal's Arguments start at the problem shape
+    bad = dataclasses.replace(k, tile=(64, 128, 64), schedule=Schedule.warpspecialized_2sm)  # 2sm: M 128 or 256
+    assert "sm100.tile-m" in {d.code for d in arch.check_kernel(bad)}
 
 
 def test_fp8_inputs_are_refused():
@@ -318,8 +332,8 @@ def test_conv_compiles_with_nvcc(tmp_path):
     assert loaded.info["family"] == "conv" and loaded.info["extents"] == ["N", "W", "C", "K", "S"]
 
 
-#: Kernels the GPU test compiles: the shipped program, a strided 2-D conv with a residual and a dilated, padded 3-D
-#: one (f16 in, f32 out, no epilogue).
+#: Kernels the GPU test compiles: the shipped program, a strided 2-D conv with a residual, a dilated, padded 3-D one
+#: (f16 in, f32 out, no epilogue) and an sm100 2SM conv (compile-only).
 GPU_SOURCES = {
     "c1d": SHIPPED.read_text().replace("kernel conv2 : conv", "kernel c1d : conv")
                               .replace("{128x128x64, 64x128x64, 128x64x64}", "128x128x64")
@@ -329,6 +343,10 @@ GPU_SOURCES = {
   epilogue { bias : bf16[K]   d = silu(acc + bias) + c } }""",
     "c3d": """kernel c3d : conv { a : f16[N, D, H, W, C]   b : f16[K, T, R, S, C]   d : f32[N, Z, P, Q, K]
   padding = 2   dilation = 2   tile = 64x64x64 }""",
+    # compile-only (tcgen05, sm_100a): built and loaded, never launched on the H200
+    "c2d_sm100": """kernel c2d_sm100 : conv { a : bf16[N, H, W, C]   b : bf16[K, R, S, C]   d : bf16[N, P, Q, K]
+  target = sm100   stride = 2   padding = 1   tile = 256x128x64   cluster = 2x1x1
+  epilogue { bias : bf16[K]   d = gelu(acc + bias) } }""",
 }
 
 
@@ -359,3 +377,4 @@ def test_compiled_conv_matches_torch(kernel_cache):
     kernels["c3d"](a=x, b=w, d=out)
     ref = F.conv3d(x.double().movedim(-1, 1), w.double().movedim(-1, 1), padding=2, dilation=2).movedim(1, -1)
     assert rel_err(out, ref) < 1e-3
+    assert kernels["c2d_sm100"].info["target"] == "sm100"  # compiled for sm_100a (runs on a B200 only)

@@ -31,7 +31,7 @@ TEMPLATES = {("gemm", Target.sm90): "sm90_gemm.cu.j2", ("gemm", Target.sm100): "
              ("grouped_gemm", Target.sm90): "sm90_grouped_gemm.cu.j2",
              ("grouped_gemm", Target.sm100): "sm100_grouped_gemm.cu.j2",
              ("attention", Target.sm90): "sm90_fmha.cu.j2", ("attention", Target.sm100): "sm100_fmha.cu.j2",
-             ("conv", Target.sm90): "sm90_conv.cu.j2"}
+             ("conv", Target.sm90): "sm90_conv.cu.j2", ("conv", Target.sm100): "sm100_conv.cu.j2"}
 #: The values each family's templates take (each checks the kernel first: :func:`require_renderable`).
 TEMPLATE_VALUES: dict[str, Callable[..., dict[str, Any]]] = {
     "gemm": template_values, "grouped_gemm": grouped_template_values, "attention": attention_template_values,

@@ -1,6 +1,7 @@
-"""Rendering of a convolution (``kernel NAME : conv``): the values of ``templates/sm90_conv.cu.j2``.
+"""Rendering of a convolution (``kernel NAME : conv``): the values of ``templates/sm90_conv.cu.j2`` and
+``sm100_conv.cu.j2`` (both ``_conv.j2``).
 
-The mainloop is CUTLASS's SM90 implicit-GEMM fprop (``cutlass::conv::collective::CollectiveBuilder`` with
+The mainloop is CUTLASS's SM90 (SM100: tcgen05, 1SM or 2SM) implicit-GEMM fprop (``cutlass::conv::collective::CollectiveBuilder`` with
 ``cutlass::conv::Operator::kFprop``, ``ConvUniversal`` over ``ConvProblemShape``, ``ConvUniversalAdapter``; CUTLASS's
 ``test/unit/conv/device_3x/fprop/sm90_conv*_fprop_implicit_gemm_*.cu`` and ``examples/76_blackwell_conv`` show the
 instantiation); the epilogue is the GEMM's EVT tree (:class:`ucutlass.codegen.gemm.EvtTreeBuilder`) over the implicit
@@ -16,7 +17,7 @@ from .. import __version__, arch, ir
 from ..ir import ConvKernel, spatial_of
 from .abi import ABI_VERSION, abi_of
 from .common import require_renderable
-from .cpp import CPP_CONV_EPILOGUE_SCHEDULE, CPP_CONV_KERNEL_SCHEDULE, CPP_CONV_LAYOUT, CPP_ELEMENT
+from .cpp import CPP_ARCH, CPP_CONV_KERNEL_SCHEDULE, CPP_CONV_LAYOUT, CPP_ELEMENT, CPP_EPILOGUE_SCHEDULE
 from .gemm import EvtTreeBuilder
 
 
@@ -33,6 +34,9 @@ def conv_template_values(kernel: ConvKernel, source_file: str = "<string>") -> d
     tree = EvtTreeBuilder(kernel, abi)
     root = tree.build(kernel.epilogue, root=True)
     a, b, c, d = kernel.a, kernel.b, kernel.c, kernel.d
+    schedule = arch.resolve_schedule(kernel)
+    sm100 = kernel.target is ir.Target.sm100
+    cta_tile = arch.sm100.cta_tile(arch.sm100_conv.gemm_view(kernel, schedule)) if sm100 else kernel.tile
     layout = CPP_CONV_LAYOUT[kernel.rank]
     info = {"abi": ABI_VERSION, "name": kernel.name, "config": kernel.config_name(), "family": "conv",
             "target": kernel.target.value, "ptrs": list(abi.ptr_names), "scalars": list(abi.scalar_names),
@@ -53,7 +57,9 @@ def conv_template_values(kernel: ConvKernel, source_file: str = "<string>") -> d
         "align_a": 128 // a.dtype.bits, "align_b": 128 // b.dtype.bits, "align_c": 128 // (c or d).dtype.bits,
         "align_d": 128 // d.dtype.bits,
         "tile": list(kernel.tile), "cluster": list(kernel.cluster), "stages": kernel.stages or 0,
-        "kernel_schedule": CPP_CONV_KERNEL_SCHEDULE, "epilogue_schedule": CPP_CONV_EPILOGUE_SCHEDULE,
+        "kernel_schedule": CPP_CONV_KERNEL_SCHEDULE[schedule], "epilogue_schedule": CPP_EPILOGUE_SCHEDULE[schedule],
+        "sm100": sm100, "arch_tag": CPP_ARCH[kernel.target], "cta_tile": list(cta_tile),
+        "arch_name": "SM100" if sm100 else "SM90", "mma_name": "tcgen05" if sm100 else "wgmma",
         "stride": list(kernel.stride), "padding": list(kernel.padding), "dilation": list(kernel.dilation),
         "extent_names": list(abi.extents),
         "act_extents": [abi.extents.index(x) for x in kernel.a.dims],
@@ -67,5 +73,5 @@ def conv_template_values(kernel: ConvKernel, source_file: str = "<string>") -> d
         "n_ptrs": len(abi.ptr_names), "n_scalars_alloc": max(1, len(abi.scalar_names)),
         "abi_version": ABI_VERSION,
         "info_json": json.dumps(info, sort_keys=True),
-        "schedule": arch.resolve_schedule(kernel).value,
+        "schedule": schedule.value,
     }
