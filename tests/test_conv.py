@@ -18,7 +18,7 @@ from ucutlass import arch
 from ucutlass.bind import bind
 from ucutlass.codegen import abi_of, render
 from ucutlass.emulate import emulate_kernel
-from ucutlass.errors import CheckError, UcutSyntaxError
+from ucutlass.errors import CheckError, KernelRuntimeError, UcutSyntaxError
 from ucutlass.ir import ConvKernel, EpilogueInputKind, Schedule
 from ucutlass.lang import parse, parse_file
 from ucutlass.problem import find_problem, load_problem
@@ -330,6 +330,16 @@ def test_conv_compiles_with_nvcc(tmp_path):
     assert all(hasattr(lib, s) for s in ("ucut_run", "ucut_workspace_size", "ucut_can_implement", "ucut_info"))
     loaded = ConvCompiledKernel(result.so_path, k)  # checks family, pointers and digest; no CUDA call
     assert loaded.info["family"] == "conv" and loaded.info["extents"] == ["N", "W", "C", "K", "S"]
+    # CUTLASS's own can_implement, through the C ABI, with no tensors: the problem's extents pass, unaligned channels
+    # (500 bf16: not 16 bytes) do not
+    ext = {"N": 1, "W": 3000, "C": 512, "K": 512, "S": 3}
+    assert loaded.can_implement(ext) == (True, "")
+    assert not loaded.can_implement(dict(ext, C=500))[0]
+    with pytest.raises(KernelRuntimeError, match="CUDA tensors"):
+        loaded(a=torch.zeros(1, 3000, 512, dtype=torch.bfloat16), b=torch.zeros(512, 3, 512, dtype=torch.bfloat16),
+               d=torch.zeros(1, 1500, 512, dtype=torch.bfloat16), bias=torch.zeros(512, dtype=torch.bfloat16))
+    with pytest.raises(KernelRuntimeError, match="arguments are a, b, d, bias"):
+        loaded(a=None, b=None, d=None)
 
 
 #: Kernels the GPU test compiles: the shipped program, a strided 2-D conv with a residual, a dilated, padded 3-D one
