@@ -256,6 +256,24 @@ def test_a_filter_that_does_not_match_is_a_positioned_error(tmp_path):
     assert "C = 256" in d.message and "C = 512" in d.message and d.pos.line == 5  # at b's declaration
 
 
+def test_channels_first_tensors_are_named(tmp_path):
+    """A problem in torch's own layout (x [N, C, W], weight [K, C, S]) does not bind to a channels-last conv, and the
+    error says why."""
+    src = REPO / "problems" / PROBLEM
+    definition = json.loads((src / "definition.json").read_text())
+    definition["inputs"]["hidden_states"]["shape"] = ["batch_size", "d_model", "num_frames"]
+    definition["inputs"]["conv_weight"]["shape"] = ["d_model", "d_model", "kernel_size"]
+    definition["outputs"]["output"]["shape"] = ["batch_size", "d_model", "out_frames"]
+    folder = tmp_path / "ncw"
+    folder.mkdir()
+    (folder / "definition.json").write_text(json.dumps(definition))
+    (folder / "workload.jsonl").write_text((src / "workload.jsonl").read_text())
+    with pytest.raises(CheckError) as e:
+        bind(_shipped_kernel(), load_problem(folder))
+    assert any(d.code == "bind-extent" and "look channels first" in d.message and "NCW" in d.message
+               for d in e.value.diagnostics), e.value.diagnostics
+
+
 def test_unaligned_channels_are_refused_at_binding(tmp_path):
     src = REPO / "problems" / PROBLEM
     definition = json.loads((src / "definition.json").read_text())

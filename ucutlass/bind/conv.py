@@ -11,6 +11,8 @@ as written (no ``alignment`` or ``swap_ab`` to decide).
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..arch import check_kernel
 from ..errors import CheckError, Diagnostic
 from ..ir import ConvKernel, output_extent, spatial_of
@@ -27,7 +29,14 @@ def bind_conv(kernel: ConvKernel, problem: Problem) -> Binding:
             do not give (``bind-extent``); for a concrete kernel, a rule of the target the workload's extents break
             (its rule code).
     """
-    binding, extents = bind_operands(kernel, problem)
+    try:
+        binding, extents = bind_operands(kernel, problem)
+    except CheckError as e:
+        hint = _channels_first_hint(kernel, problem)
+        if not hint:
+            raise
+        raise CheckError([dataclasses.replace(d, message=d.message + hint) if d.code in ("bind-extent", "bind-shape")
+                          else d for d in e.diagnostics]) from None
     diags: list[Diagnostic] = []
     for workload, ext in zip(problem.workloads, extents):
         for i, (size, window, out) in enumerate(zip(spatial_of(kernel.a.dims), spatial_of(kernel.b.dims),
@@ -48,3 +57,21 @@ def bind_conv(kernel: ConvKernel, problem: Problem) -> Binding:
     if diags:
         raise CheckError(diags)
     return binding
+
+
+def _channels_first_hint(kernel: ConvKernel, problem: Problem) -> str:
+    """A note for extents that disagree because the problem's tensors are channels first (torch's NCW/NCHW activation
+    and [K, C, window] weight: their dim 1 agrees, their last dims do not), else ""."""
+    ins = problem.inputs
+    a, b = ins.get(kernel.a.binding or ""), ins.get(kernel.b.binding or "")
+    if a is None or b is None or not problem.workloads:
+        return ""
+    axes = problem.resolve_axes(problem.workloads[0])
+    sa, sb = problem.shape(a, axes), problem.shape(b, axes)
+    if not sa or not sb or len(sa) != len(sb) or len(sa) < 3:
+        return ""
+    if sa[1] == sb[1] and sa[-1] != sb[-1]:
+        return (f"; {kernel.a.binding} {list(sa)} and {kernel.b.binding} {list(sb)} look channels first (torch's "
+                f"{'NCW' if len(sa) == 3 else 'NCHW' if len(sa) == 4 else 'NCDHW'} and [K, C, window]): a conv reads "
+                "channels last, so they need a layout step (a permute to NWC/NHWC and KRSC) before it")
+    return ""
