@@ -159,8 +159,12 @@ def test_extents_rules():
     assert arch.check_kernel(k, good) == []
     diags = arch.check_kernel(k, dict(good, C=12))  # 24 bytes: not a multiple of 16
     assert {d.code for d in diags} == {"sm90.conv-align"} and "16" in diags[0].valid  # C = 12 → 8 or 16
-    wide = dataclasses.replace(k, padding=(300, 0))
-    assert "sm90.conv-extents" in {d.code for d in arch.check_kernel(wide, good)}  # 2-D im2col: padding ≤ 256
+    for padding in ((129, 0), (300, 0)):  # 2-D im2col: corners within ±128 (padding ≤ 256): no extents needed
+        wide = dataclasses.replace(k, padding=padding)
+        assert "sm90.conv-extents" in {d.code for d in arch.check_kernel(wide)}
+    far = dataclasses.replace(k, padding=(1, 0), dilation=(100, 1))  # upper corner 1 - (R-1)·100 = -199 < -128
+    assert "sm90.conv-extents" in {d.code for d in arch.check_kernel(far, dict(good, H=400))}
+    assert arch.check_kernel(dataclasses.replace(k, padding=(128, 0)), dict(good, H=300)) == []
 
 
 def test_every_combination_of_the_shipped_program_is_legal():

@@ -45,23 +45,23 @@ def check_setup(kernel: ConvKernel, prefix: str, schedules: tuple[Schedule, ...]
                ("reduction_mode", kernel.reduction_mode is not ReductionMode.deterministic, "deterministic")]
     for name, bad, ok in runtime:
         if bad:
-            out.append(_diag(f"{prefix}.conv-scheduler", f"{name} = {_common.spell(getattr(kernel, name))} with conv: the "
-                             "SM90 conv kernel walks its tiles in one plain order (no stream-K, split-K, raster or "
-                             "swizzle)", _pos(kernel, name), (ok,)))
+            out.append(_diag(f"{prefix}.conv-scheduler", f"{name} = {_common.spell(getattr(kernel, name))} with "
+                             "conv: the conv template walks its tiles in one plain order (no stream-K, split-K, raster "
+                             "or swizzle)", _pos(kernel, name), (ok,)))
     if kernel.group_count != 1:
-        out.append(_diag(f"{prefix}.conv-groups", f"groups = {kernel.group_count}: grouped and depthwise convolution are "
-                         "not built (CUTLASS's SM90 fprop mainloop reads one group); keep groups = 1 and run a grouped "
-                         "conv as a torch step", _pos(kernel, "groups"), ("1",)))
+        out.append(_diag(f"{prefix}.conv-groups", f"groups = {kernel.group_count}: grouped and depthwise convolution "
+                         "are not built (CUTLASS's implicit-GEMM fprop mainloops read one group); keep groups = 1 and "
+                         "run a grouped conv as a torch step", _pos(kernel, "groups"), ("1",)))
     inputs = (DType.bf16, DType.f16, DType.f32)
     for o in (kernel.a, kernel.b):
         if o.dtype not in inputs:
-            out.append(_diag(f"{prefix}.conv-dtype", f"{o.name} is {o.dtype.value}: the conv template takes bf16, f16 or "
-                             "f32 (tf32) inputs", _pos(kernel, f"{o.name}.dtype"), tuple(d.value for d in inputs)))
+            out.append(_diag(f"{prefix}.conv-dtype", f"{o.name} is {o.dtype.value}: the conv template takes bf16, f16 "
+                             "or f32 (tf32) inputs", _pos(kernel, f"{o.name}.dtype"), tuple(d.value for d in inputs)))
     if kernel.d.dtype not in inputs:
         out.append(_diag(f"{prefix}.conv-dtype", f"d is {kernel.d.dtype.value}: a conv writes bf16, f16 or f32",
                          _pos(kernel, "d.dtype"), tuple(d.value for d in inputs)))
     if kernel.alignment is not None:
-        out.append(_diag(f"{prefix}.conv-alignment", f"alignment = {kernel.alignment} with conv: the SM90 conv mainloop "
+        out.append(_diag(f"{prefix}.conv-alignment", f"alignment = {kernel.alignment} with conv: the conv mainloop "
                          "loads with TMA im2col, which needs 16-byte aligned channels", _pos(kernel, "alignment"),
                          ("auto",)))
     if kernel.swap_ab is True:
@@ -70,36 +70,50 @@ def check_setup(kernel: ConvKernel, prefix: str, schedules: tuple[Schedule, ...]
     return out
 
 
-def check_extents(kernel: ConvKernel, extents: Mapping[str, int], prefix: str, padding_limit: int | None,
-                  offset_limit: int) -> list[Diagnostic]:
-    """Given extents: ``{prefix}.conv-align`` (C and K × element bytes multiples of 16) and ``.conv-extents`` (padding
-    at most ``padding_limit`` when not None, the filter window's last offset (window-1)·dilation at most
-    ``offset_limit``, an output extent ≥ 1)."""
+def corner_limit(rank: int) -> int:
+    """TMA im2col's corner range for ``rank`` spatial dims: corners lie in [-limit, limit - 1] (``1 << (16 / rank -
+    1)``, ``cutlass/conv/collective/sm90_implicit_gemm_gmma_ss_warpspecialized.hpp:374``, sm100's alike)."""
+    return 1 << (16 // rank - 1)
+
+
+def check_padding(kernel: ConvKernel, prefix: str, padding_limit: int | None) -> list[Diagnostic]:
+    """``{prefix}.conv-extents`` for what needs no extents: the padding (the im2col lower corner, -padding) at most
+    the corner limit and ``padding_limit`` (None: no limit of its own)."""
+    limit = corner_limit(kernel.rank) if padding_limit is None else min(padding_limit, corner_limit(kernel.rank))
+    if all(p <= limit for p in kernel.padding):
+        return []
+    return [_diag(f"{prefix}.conv-extents", f"padding {_common.spell(kernel.padding)}: TMA im2col takes padding up "
+                  f"to {limit} for a {kernel.rank}-D conv", _pos(kernel, "padding"), (str(limit),))]
+
+
+def check_extents(kernel: ConvKernel, extents: Mapping[str, int], prefix: str, offset_limit: int) -> list[Diagnostic]:
+    """Given extents: ``{prefix}.conv-align`` (C and K × element bytes multiples of 16) and ``.conv-extents`` (the
+    filter window's last offset (window-1)·dilation at most ``offset_limit``, the upper im2col corner padding -
+    (window-1)·dilation within the corner range, an output extent ≥ 1)."""
     out: list[Diagnostic] = []
     rank = kernel.rank
     for o, dim in ((kernel.a, "C"), (kernel.b, "C"), (kernel.d, "K")):
         if dim in extents and (extents[dim] * o.dtype.bytes) % 16:
             per = 16 // o.dtype.bytes
             near = _common.nearest_multiples(extents[dim], per)
-            out.append(_diag(f"{prefix}.conv-align", f"{o.name}: {dim} = {extents[dim]} {o.dtype.value} channels are not a "
-                             f"multiple of {per} (16 bytes, TMA); pad the channels to "
+            out.append(_diag(f"{prefix}.conv-align", f"{o.name}: {dim} = {extents[dim]} {o.dtype.value} channels are "
+                             f"not a multiple of {per} (16 bytes, TMA); pad the channels to "
                              f"{' or '.join(str(n) for n in near)}", o.pos, tuple(str(n) for n in near)))
-    limit = padding_limit
-    if limit is not None and any(p > limit for p in kernel.padding):
-        out.append(_diag(f"{prefix}.conv-extents", f"padding {_common.spell(kernel.padding)}: TMA im2col takes padding up "
-                         f"to {limit} for a {rank}-D conv", _pos(kernel, "padding"), (str(limit),)))
-    windows = spatial_of(kernel.b.dims)
-    sizes = spatial_of(kernel.a.dims)
-    outs = spatial_of(kernel.d.dims)
-    for i, (w, s, q) in enumerate(zip(windows, sizes, outs)):
-        if w in extents and (extents[w] - 1) * kernel.dilation[i] > offset_limit:
-            out.append(_diag(f"{prefix}.conv-extents", f"filter {w} = {extents[w]} with dilation {kernel.dilation[i]} spans "
-                             f"{(extents[w] - 1) * kernel.dilation[i] + 1} elements; TMA im2col offsets reach "
-                             f"{offset_limit} for a {rank}-D conv", kernel.b.pos))
-        if w in extents and s in extents:
+    corner = corner_limit(rank)
+    for i, (w, s, q) in enumerate(zip(spatial_of(kernel.b.dims), spatial_of(kernel.a.dims),
+                                      spatial_of(kernel.d.dims))):
+        if w not in extents:
+            continue
+        span = (extents[w] - 1) * kernel.dilation[i]
+        if span > offset_limit or not -corner <= kernel.padding[i] - span <= corner - 1:
+            out.append(_diag(f"{prefix}.conv-extents", f"filter {w} = {extents[w]} with dilation "
+                             f"{kernel.dilation[i]} and padding {kernel.padding[i]} spans {span + 1} elements: TMA "
+                             f"im2col reaches offsets up to {offset_limit} and corners within ±{corner} for a "
+                             f"{rank}-D conv", kernel.b.pos))
+        if s in extents:
             n_out = output_extent(extents[s], extents[w], kernel.stride[i], kernel.padding[i], kernel.dilation[i])
             if n_out < 1:
-                out.append(_diag(f"{prefix}.conv-extents", f"{s} = {extents[s]} with filter {w} = {extents[w]}, padding "
-                                 f"{kernel.padding[i]}, dilation {kernel.dilation[i]} leaves no output {q}",
+                out.append(_diag(f"{prefix}.conv-extents", f"{s} = {extents[s]} with filter {w} = {extents[w]}, "
+                                 f"padding {kernel.padding[i]}, dilation {kernel.dilation[i]} leaves no output {q}",
                                  kernel.a.pos))
     return out

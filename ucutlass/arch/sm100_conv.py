@@ -8,8 +8,8 @@ Header paths are relative to the ``nvidia-cutlass==4.2.0.0`` wheel's ``cutlass_l
   :func:`ucutlass.arch.sm100.resolve_schedule`): ``sm100.conv-schedule``. The rest of the setup is the sm90 conv's
   (:func:`ucutlass.arch._conv.check_setup`: the plain tile order, ``groups = 1``, bf16/f16/f32 inputs, TMA).
 - ``can_implement`` (``cutlass/conv/collective/sm100_implicit_gemm_umma_warpspecialized.hpp:482-536``): 16-byte
-  aligned channels and the im2col filter offset ``(S-1)·dilation`` at most 2^(16/rank) - 1 (no padding limit):
-  ``sm100.conv-align``, ``sm100.conv-extents``.
+  aligned channels, the im2col filter offset ``(S-1)·dilation`` at most 2^(16/rank) - 1 and its corners (-padding,
+  padding - (S-1)·dilation) within ±2^(16/rank - 1): ``sm100.conv-align``, ``sm100.conv-extents``.
 - Tile (the MMA tile), cluster, stages, shared memory: the sm100 GEMM rules (:mod:`ucutlass.arch.sm100`) on the GEMM
   view (:func:`ucutlass.arch._conv.gemm_view`).
 """
@@ -21,7 +21,7 @@ from typing import Mapping
 from ..errors import Diagnostic
 from ..ir import ConvKernel, Schedule, Target
 from . import _common, sm100
-from ._conv import check_extents, check_setup, gemm_view
+from ._conv import check_extents, check_padding, check_setup, gemm_view
 
 __all__ = ["check_kernel", "resolve_schedule", "RULES", "SCHEDULES", "FILTER_OFFSET_LIMIT"]
 
@@ -63,6 +63,7 @@ def check_kernel(kernel: ConvKernel, extents: Mapping[str, int] | None = None) -
     if any(d.code in ("sm100.conv-dtype", "sm100.conv-schedule") for d in out):
         return out
     out += sm100.check_kernel(gemm_view(kernel, resolve_schedule(kernel)))
+    out += check_padding(kernel, "sm100", None)
     if extents:
-        out += check_extents(kernel, extents, "sm100", None, FILTER_OFFSET_LIMIT[kernel.rank])
+        out += check_extents(kernel, extents, "sm100", FILTER_OFFSET_LIMIT[kernel.rank])
     return out

@@ -10,9 +10,10 @@ Header paths are relative to the ``nvidia-cutlass==4.2.0.0`` wheel's ``cutlass_l
   TMA, K-major both (fprop): 16-byte aligned channels (``is_aligned`` static_assert and ``can_implement`` in
   ``cutlass/conv/collective/sm90_implicit_gemm_gmma_ss_warpspecialized.hpp:343-354``): ``sm90.conv-alignment`` (no
   ``alignment`` setting) and, given extents, ``sm90.conv-align`` (C and K × element bytes multiples of 16).
-- ``can_implement`` (same file, 361-404): padding at most 65536 (1-D), 256 (2-D), 16 (3-D) and the filter window
-  ``(S-1)·dilation`` below 2^(16/rank) - 1 (the im2col TMA's offsets): ``sm90.conv-extents``, with the output extent
-  ≥ 1.
+- ``can_implement`` (same file, 361-404): padding at most 65536 (1-D), 256 (2-D), 16 (3-D), the filter window
+  ``(S-1)·dilation`` below 2^(16/rank) - 1 (the im2col TMA's offsets) and the im2col corners (-padding,
+  padding - (S-1)·dilation) within ±2^(16/rank - 1) (so 2-D padding ≤ 128): ``sm90.conv-extents``, with the output
+  extent ≥ 1.
 - Element types: the wgmma inputs of a gemm (bf16, f16, f32 as tf32), one dtype for a and b (``sm90.conv-dtype``);
   ``groups`` = 1 (``sm90.conv-groups``: ``ConvProblemShape::groups`` is not read by the SM90 fprop mainloop).
 - Tile, cluster, stages and shared memory are the sm90 GEMM rules (:mod:`ucutlass.arch.sm90`) on the GEMM view
@@ -26,7 +27,7 @@ from typing import Mapping
 from ..errors import Diagnostic
 from ..ir import ConvKernel, Schedule, Target
 from . import _common, sm90
-from ._conv import check_extents, check_setup, gemm_view
+from ._conv import check_extents, check_padding, check_setup, gemm_view
 
 __all__ = ["check_kernel", "resolve_schedule", "gemm_view", "RULES", "SCHEDULES", "PADDING_LIMIT",
            "FILTER_OFFSET_LIMIT"]
@@ -69,11 +70,13 @@ def check_kernel(kernel: ConvKernel, extents: Mapping[str, int] | None = None) -
     if kernel.target is not Target.sm90:
         raise ValueError(f"kernel {kernel.name!r} targets {kernel.target.value}: ucutlass.arch.check_kernel picks "
                          "the conv rules of its target")
-    out = check_setup(kernel, "sm90", SCHEDULES, "CUTLASS's SM90 conv mainloop runs KernelImplicitTmaWarpSpecializedSm90 "
-                      "only (dispatch_policy.hpp: \"Persistent schedules not support for conv yet\")")
+    out = check_setup(kernel, "sm90", SCHEDULES, "CUTLASS's SM90 conv mainloop runs "
+                      "KernelImplicitTmaWarpSpecializedSm90 only (dispatch_policy.hpp: \"Persistent schedules not "
+                      "support for conv yet\")")
     if any(d.code == "sm90.conv-dtype" for d in out):
         return out
     out += sm90.check_kernel(gemm_view(kernel))
+    out += check_padding(kernel, "sm90", PADDING_LIMIT[kernel.rank])
     if extents:
-        out += check_extents(kernel, extents, "sm90", PADDING_LIMIT[kernel.rank], FILTER_OFFSET_LIMIT[kernel.rank] - 1)
+        out += check_extents(kernel, extents, "sm90", FILTER_OFFSET_LIMIT[kernel.rank] - 1)
     return out

@@ -1,12 +1,13 @@
 """Rendering of a convolution (``kernel NAME : conv``): the values of ``templates/sm90_conv.cu.j2`` and
 ``sm100_conv.cu.j2`` (both ``_conv.j2``).
 
-The mainloop is CUTLASS's SM90 (SM100: tcgen05, 1SM or 2SM) implicit-GEMM fprop (``cutlass::conv::collective::CollectiveBuilder`` with
-``cutlass::conv::Operator::kFprop``, ``ConvUniversal`` over ``ConvProblemShape``, ``ConvUniversalAdapter``; CUTLASS's
-``test/unit/conv/device_3x/fprop/sm90_conv*_fprop_implicit_gemm_*.cu`` and ``examples/76_blackwell_conv`` show the
-instantiation); the epilogue is the GEMM's EVT tree (:class:`ucutlass.codegen.gemm.EvtTreeBuilder`) over the implicit
-GEMM's [M, N] = [output pixels, output channels]. Stride, padding and dilation are compiled in; the extents (N, the
-activation's spatial dims, C, K, the filter's spatial dims) arrive at run time.
+The mainloop is CUTLASS's SM90 (SM100: tcgen05, 1SM or 2SM) implicit-GEMM fprop
+(``cutlass::conv::collective::CollectiveBuilder`` with ``cutlass::conv::Operator::kFprop``, ``ConvUniversal`` over
+``ConvProblemShape``, ``ConvUniversalAdapter``; CUTLASS's ``test/unit/conv/device_3x/fprop/sm90_conv*_fprop_*.cu``
+and ``examples/76_blackwell_conv`` show the instantiation); the epilogue is the GEMM's EVT tree
+(:class:`ucutlass.codegen.gemm.EvtTreeBuilder`) over the implicit GEMM's [M, N] = [output pixels, output channels].
+Stride, padding and dilation are compiled in; the extents (N, the activation's spatial dims, C, K, the filter's
+spatial dims) arrive at run time.
 """
 
 from __future__ import annotations
