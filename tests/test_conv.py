@@ -1,6 +1,6 @@
-"""Convolutions (``kernel NAME : conv``, issue 21): the language, the sm90 rules, the render, the binding and the
-emulation against torch, on the CPU; one real nvcc compile (marker ``nvcc``); the compiled kernels against torch on
-the H200 (marker ``gpu``: ``pytest -m gpu tests/test_conv.py``)."""
+"""Convolutions (``kernel NAME : conv``, issue 21): the language, the sm90 and sm100 rules, the render, the binding
+and the emulation against torch, on the CPU; one real nvcc compile (marker ``nvcc``). The compiled kernels against
+torch on the H200: tests/test_conv_gpu.py."""
 
 from __future__ import annotations
 
@@ -362,51 +362,3 @@ def test_conv_compiles_with_nvcc(tmp_path):
                d=torch.zeros(1, 1500, 512, dtype=torch.bfloat16), bias=torch.zeros(512, dtype=torch.bfloat16))
     with pytest.raises(KernelRuntimeError, match="arguments are a, b, d, bias"):
         loaded(a=None, b=None, d=None)
-
-
-#: Kernels the GPU test compiles: the shipped program, a strided 2-D conv with a residual, a dilated, padded 3-D one
-#: (f16 in, f32 out, no epilogue) and an sm100 2SM conv (compile-only).
-GPU_SOURCES = {
-    "c1d": SHIPPED.read_text().replace("kernel conv2 : conv", "kernel c1d : conv")
-                              .replace("{128x128x64, 64x128x64, 128x64x64}", "128x128x64")
-                              .replace("{1x1x1, 2x1x1}", "1x1x1"),
-    "c2d": """kernel c2d : conv { a : bf16[N, H, W, C]   b : bf16[K, R, S, C]   d : bf16[N, P, Q, K]
-  c : bf16[N, P, Q, K]   stride = 2   padding = 1   tile = 128x128x64   cluster = 2x1x1
-  epilogue { bias : bf16[K]   d = silu(acc + bias) + c } }""",
-    "c3d": """kernel c3d : conv { a : f16[N, D, H, W, C]   b : f16[K, T, R, S, C]   d : f32[N, Z, P, Q, K]
-  padding = 2   dilation = 2   tile = 64x64x64 }""",
-    # compile-only (tcgen05, sm_100a): built and loaded, never launched on the H200
-    "c2d_sm100": """kernel c2d_sm100 : conv { a : bf16[N, H, W, C]   b : bf16[K, R, S, C]   d : bf16[N, P, Q, K]
-  target = sm100   stride = 2   padding = 1   tile = 256x128x64   cluster = 2x1x1
-  epilogue { bias : bf16[K]   d = gelu(acc + bias) } }""",
-}
-
-
-@pytest.mark.gpu
-@pytest.mark.nvcc
-def test_compiled_conv_matches_torch(kernel_cache):
-    from gpu_build import build_and_load, poisoned, randn, rel_err
-
-    kernels = build_and_load([parse(src, f"{name}.ucut").kernel() for name, src in GPU_SOURCES.items()],
-                             kernel_cache)
-    # 1-D: the Whisper conv2 shapes (batch 2)
-    x, w, bias = randn(2, 3000, 1280), randn(1280, 3, 1280, std=3840 ** -0.5), randn(1280)
-    out = poisoned(2, 1500, 1280)
-    kernels["c1d"](a=x, b=w, d=out, bias=bias)
-    ref = F.gelu(F.conv1d(x.double().transpose(1, 2), w.double().permute(0, 2, 1), bias.double(), stride=2,
-                          padding=1)).transpose(1, 2)
-    assert rel_err(out, ref) < 1e-2
-    # 2-D, stride 2, a 3x3 filter over 64 channels, a residual c
-    x, w, bias, res = randn(4, 56, 56, 64), randn(128, 3, 3, 64, std=576 ** -0.5), randn(128), randn(4, 28, 28, 128)
-    out = poisoned(4, 28, 28, 128)
-    kernels["c2d"](a=x, b=w, c=res, d=out, bias=bias)
-    ref = F.silu(F.conv2d(x.double().permute(0, 3, 1, 2), w.double().permute(0, 3, 1, 2), bias.double(), stride=2,
-                          padding=1)).permute(0, 2, 3, 1) + res.double()
-    assert rel_err(out, ref) < 1e-2
-    # 3-D, stride 1, padding 2, dilation 2, f16 in, f32 out
-    x, w = randn(2, 8, 16, 16, 32, dtype=torch.float16), randn(64, 3, 3, 3, 32, dtype=torch.float16, std=0.1)
-    out = poisoned(2, 8, 16, 16, 64, dtype=torch.float32)
-    kernels["c3d"](a=x, b=w, d=out)
-    ref = F.conv3d(x.double().movedim(-1, 1), w.double().movedim(-1, 1), padding=2, dilation=2).movedim(1, -1)
-    assert rel_err(out, ref) < 1e-3
-    assert kernels["c2d_sm100"].info["target"] == "sm100"  # compiled for sm_100a (runs on a B200 only)
