@@ -39,12 +39,13 @@ def output_extent(size: int, window: int, stride: int, padding: int, dilation: i
 
 @dataclass(frozen=True)
 class ConvKernel(GemmKernel):
-    """A forward convolution (fprop) as CUTLASS's SM90 implicit GEMM (``ConvUniversal``).
+    """A forward convolution (fprop) as CUTLASS's implicit GEMM (``ConvUniversal``; sm90, sm100 compile-only).
 
     Operands (:data:`CONV_DIMS`): ``a`` the activation [N, (D, H,) W, C], ``b`` the filter [K, (T, R,) S, C], ``d`` the
-    output [N, (Z, P,) Q, K], all channels-last and packed, cross-correlation (as ``torch.nn.functional.conv*d``).
+    output [N, (Z, P,) Q, K] and optionally ``c``, a source shaped like ``d`` (read as ``c`` in the epilogue), all
+    channels-last and packed, cross-correlation (as ``torch.nn.functional.conv*d``).
     ``stride``, ``padding``, ``dilation`` hold one whole number per spatial dim, outermost first; ``group_count``
-    (the setting ``groups``) is 1 (CUTLASS's SM90 fprop builder has no grouped path). The GEMM settings (tile
+    (the setting ``groups``) is 1 (the implicit-GEMM fprop builders read one group). The GEMM settings (tile
     M x N x K over the GEMM view above, cluster, schedule, stages) mean what they mean for a gemm.
     """
 
@@ -68,4 +69,4 @@ class ConvKernel(GemmKernel):
         tag = f"conv{self.rank}d_s{spell(self.stride)}_p{spell(self.padding)}_d{spell(self.dilation)}"
         if self.group_count != 1:
             tag += f"_g{self.group_count}"
-        return super().config_name().replace(self.name + "_", f"{self.name}_{tag}_", 1).replace("_batched", "")
+        return super().config_name().replace(self.name + "_", f"{self.name}_{tag}_", 1)
