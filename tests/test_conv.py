@@ -19,7 +19,7 @@ from ucutlass.bind import bind
 from ucutlass.codegen import abi_of, render
 from ucutlass.emulate import emulate_kernel
 from ucutlass.errors import CheckError, KernelRuntimeError, UcutSyntaxError
-from ucutlass.ir import ConvKernel, EpilogueInputKind, Schedule
+from ucutlass.ir import ConvKernel, EpilogueInputKind, Schedule, Target
 from ucutlass.lang import parse, parse_file
 from ucutlass.problem import find_problem, load_problem
 
@@ -78,6 +78,7 @@ def test_one_number_is_every_spatial_dim():
     (("stride = 2x1", "stride = {1, 2}"), "choice-not-allowed", 5, 12, None),
     (("stride = 2x1", "strides = 2x1"), "unknown-setting", 5, 3, "stride"),
     (("bias : bf16[K]", "bias : bf16[N, K]"), "unsupported", 7, 25, "[K]"),
+    (("bias : bf16[K]", "bias : bf16[K] -> out_bias"), "bad-output", 7, 21, "f32"),
     (("  b : bf16", "  c : bf16[N, Q, K]\n  b : bf16"), "bad-dims", 3, 11, "[N, P, Q, K]"),
     (("  b : bf16", "  c : bf16[N, P, Q, K]\n  b : bf16"), "unused-input", 3, 3, None),
     (("padding = 1x0", "padding = -1"), "syntax", 5, 28, None),
@@ -105,6 +106,54 @@ def test_a_source_c_shaped_like_d():
     cu = render(k)
     assert "using ElementC = cutlass::half_t;" in cu and "static_cast<ElementC const*>(ptrs[2])" in cu
     assert "Sm90SrcFetch" in cu
+
+
+STATS = """kernel stats : conv {
+  a : bf16[N, H, W, C]
+  b : bf16[K, R, S, C]
+  c : bf16[N, P, Q, K]
+  d : bf16[N, P, Q, K]
+  stride = 2   padding = 1
+  epilogue {
+    bias : bf16[K]
+    csum : f32[K] -> ch_sum   cmax : f32[K] -> ch_max
+    y = gelu(acc + bias)   csum = sum_m(y)   cmax = max_m(y)   d = y + c
+  }
+}
+"""
+
+
+def test_per_channel_reductions():
+    """[K] outputs are the implicit GEMM's [N] reduced over the output pixels (Sm90RowReduction, one topological
+    visitor); tensors shaped like d other than c and d are refused (CUTLASS's aux TMA takes a GEMM's [M, N])."""
+    k = parse(STATS).kernel()
+    assert [(o.name, o.dims, o.reduce) for o in k.epilogue_outputs] == [("csum", ("K",), "sum"),
+                                                                         ("cmax", ("K",), "max")]
+    assert abi_of(k).ptr_names == ("a", "b", "c", "d", "bias", "csum", "cmax")
+    cu = render(k)
+    for part in ("Sm90RowReduction<cutlass::plus", "Sm90RowReduction<UcutMaximum", "Sm90TopologicalVisitor"):
+        assert part in cu, part
+    sm100 = dataclasses.replace(k, target=Target.sm100, schedule=Schedule.auto)
+    (d,) = arch.check_kernel(sm100)
+    assert d.code == "sm100.conv-epilogue" and "csum, cmax" in d.message
+    (d,) = [d for d in errors(STATS.replace("bias : bf16[K]", "bias : bf16[K]   res : bf16[N, P, Q, K]"))
+            if d.code == "unsupported"]
+    assert "res is over [N, P, Q, K]" in d.message and "operand c" in d.message and d.pos.line == 8
+
+
+def test_emulation_of_reductions_matches_torch():
+    k = parse(STATS).kernel()
+    torch.manual_seed(3)
+    x, w = torch.randn(2, 9, 9, 16).to(torch.bfloat16), (torch.randn(32, 3, 3, 16) * 0.1).to(torch.bfloat16)
+    bias = torch.randn(32).to(torch.bfloat16)
+    y = F.conv2d(x.double().permute(0, 3, 1, 2), w.double().permute(0, 3, 1, 2), stride=2, padding=1).permute(0, 2, 3, 1)
+    res = torch.randn(y.shape).to(torch.bfloat16)
+    d, csum, cmax = torch.empty(y.shape, dtype=torch.bfloat16), torch.empty(32), torch.empty(32)
+    emulate_kernel(k).call([x, w, res, d, bias, csum, cmax])
+    g = F.gelu(y + bias.double())
+    torch.testing.assert_close(d.double(), g + res.double(), atol=3e-2, rtol=2e-2)
+    torch.testing.assert_close(csum.double(), g.sum((0, 1, 2)), atol=1e-3, rtol=1e-4)
+    torch.testing.assert_close(cmax.double(), g.amax((0, 1, 2)), atol=1e-5, rtol=1e-5)
 
 
 # --- rules ---------------------------------------------------------------------------------------------------------

@@ -17,16 +17,21 @@ from ._common import pos as _pos
 
 def gemm_view(kernel: ConvKernel, schedule: Schedule = Schedule.warpspecialized) -> GemmKernel:
     """The convolution as the GEMM CUTLASS runs: a [M, K] row, b [N, K] row, d [M, N] row (M output pixels, N output
-    channels, K the filter window), a bias [K] as a row vector over N, ``schedule`` (sm90's one, by default)."""
+    channels, K the filter window), [K] epilogue inputs and outputs as [N], those shaped like d as [M, N], ``schedule``
+    (sm90's one, by default)."""
     fields = {f.name: getattr(kernel, f.name) for f in dataclasses.fields(GemmKernel)}
-    inputs = tuple(dataclasses.replace(i, dims=("N",)) if i.kind is EpilogueInputKind.row_vector else i
+    gemm_dims = {EpilogueInputKind.row_vector: ("N",), EpilogueInputKind.matrix: ("M", "N")}
+    inputs = tuple(dataclasses.replace(i, dims=gemm_dims[i.kind]) if i.kind in gemm_dims else i
                    for i in kernel.epilogue_inputs)
+    outputs = tuple(dataclasses.replace(o, dims=gemm_dims[o.kind]) if o.kind in gemm_dims else o
+                    for o in kernel.epilogue_outputs)
 
     def op(o: Operand, dims: tuple[str, str]) -> Operand:
         return dataclasses.replace(o, dims=dims, batch=(), slice=())
 
     fields.update(a=op(kernel.a, ("M", "K")), b=op(kernel.b, ("N", "K")), d=op(kernel.d, ("M", "N")),
                   c=op(kernel.c, ("M", "N")) if kernel.c is not None else None, epilogue_inputs=inputs,
+                  epilogue_outputs=outputs,
                   schedule=schedule, scheduler=TileScheduler.persistent, split_k=1, swap_ab=False,
                   raster=RasterOrder.auto, swizzle=1, reduction_mode=ReductionMode.deterministic, alignment=None)
     return GemmKernel(**fields)

@@ -38,6 +38,7 @@ RULES: dict[str, str] = {
     "sm100.conv-alignment": "conv operands are 16-byte aligned (alignment = auto: TMA im2col)",
     "sm100.conv-align": "given extents, C and K × element bytes are multiples of 16",
     "sm100.conv-extents": "given extents, the filter window within TMA im2col's offsets, an output extent ≥ 1",
+    "sm100.conv-epilogue": "an sm100 conv epilogue writes d only (the [K] reductions are sm90's)",
 }
 
 
@@ -61,6 +62,11 @@ def check_kernel(kernel: ConvKernel, extents: Mapping[str, int] | None = None) -
     out = check_setup(kernel, "sm100", SCHEDULES, "CUTLASS's SM100 conv builder takes "
                       "KernelImplicitTmaWarpSpecialized1SmSm100 and ...2SmSm100 (sm100_umma_builder.inl:75-80)")
     if any(d.code in ("sm100.conv-dtype", "sm100.conv-schedule") for d in out):
+        return out
+    aux = [o.name for o in kernel.epilogue_outputs]
+    if aux:
+        out.append(_common.diag("sm100.conv-epilogue", f"{', '.join(aux)}: an sm100 conv epilogue writes d only so "
+                                "far ([K] reductions: sm90)", kernel.pos, ("target = sm90",)))
         return out
     out += sm100.check_kernel(gemm_view(kernel, resolve_schedule(kernel)))
     out += check_padding(kernel, "sm100", None)

@@ -19,7 +19,7 @@ from ..ir import ConvKernel, spatial_of
 from .abi import ABI_VERSION, abi_of
 from .common import require_renderable
 from .cpp import CPP_ARCH, CPP_CONV_KERNEL_SCHEDULE, CPP_CONV_LAYOUT, CPP_ELEMENT, CPP_EPILOGUE_SCHEDULE
-from .gemm import EvtTreeBuilder
+from .gemm import EvtDagBuilder, EvtTreeBuilder
 
 
 def conv_template_values(kernel: ConvKernel, source_file: str = "<string>") -> dict:
@@ -32,12 +32,18 @@ def conv_template_values(kernel: ConvKernel, source_file: str = "<string>") -> d
     shown = kernel
     kernel = kernel.build_config()
     abi = abi_of(kernel)
-    tree = EvtTreeBuilder(kernel, abi)
-    root = tree.build(kernel.epilogue, root=True)
     a, b, c, d = kernel.a, kernel.b, kernel.c, kernel.d
     schedule = arch.resolve_schedule(kernel)
     sm100 = kernel.target is ir.Target.sm100
-    cta_tile = arch.sm100.cta_tile(arch.sm100_conv.gemm_view(kernel, schedule)) if sm100 else kernel.tile
+    view = arch.sm90_conv.gemm_view(kernel, schedule)  # the epilogue's [M, N] names, as the EVT builders read them
+    cta_tile = arch.sm100.cta_tile(view) if sm100 else kernel.tile
+    dag = bool(kernel.epilogue_outputs)
+    if dag:
+        tree = EvtDagBuilder(view, abi)
+        root = tree.build_all()
+    else:
+        tree = EvtTreeBuilder(view, abi)
+        root = tree.build(kernel.epilogue, root=True)
     layout = CPP_CONV_LAYOUT[kernel.rank]
     info = {"abi": ABI_VERSION, "name": kernel.name, "config": kernel.config_name(), "family": "conv",
             "target": kernel.target.value, "ptrs": list(abi.ptr_names), "scalars": list(abi.scalar_names),
@@ -66,7 +72,8 @@ def conv_template_values(kernel: ConvKernel, source_file: str = "<string>") -> d
         "act_extents": [abi.extents.index(x) for x in kernel.a.dims],
         "flt_extents": [abi.extents.index(x) for x in kernel.b.dims],
         "spatial": list(spatial_of(kernel.a.dims)),
-        "aux_loads": tree.aux_loads, "aux_stores": [], "evt_dag": False, "has_max_reduction": False,
+        "aux_loads": [], "aux_stores": [], "evt_dag": dag,  # [K] reductions only: no aux tensors
+        "has_max_reduction": any(o.reduce == "max" for o in kernel.epilogue_outputs),
         "evt_nodes": tree.nodes, "evt_root": root,
         "ptr_names": list(abi.ptr_names), "scalar_names": list(abi.scalar_names),
         "ptr_a": tree.ptr("a"), "ptr_b": tree.ptr("b"), "ptr_d": tree.ptr("d"),

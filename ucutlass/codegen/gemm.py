@@ -158,8 +158,9 @@ class _DagBuilder(_TreeBuilder):
                           "text": ir.expr_to_text(self.kernel.epilogue)})
 
 
-#: The EVT tree builder, for other families whose epilogue is the GEMM's (:mod:`ucutlass.codegen.conv`).
+#: The EVT tree and DAG builders, for other families whose epilogue is the GEMM's (:mod:`ucutlass.codegen.conv`).
 EvtTreeBuilder = _TreeBuilder
+EvtDagBuilder = _DagBuilder
 
 
 def _layout_b(kernel: GemmKernel) -> str:

@@ -13,8 +13,9 @@ kernel subsample : conv {
 The operands' dims are fixed by their number (:data:`ucutlass.ir.CONV_DIMS`): the rank (1, 2, 3 spatial dims) is
 read from ``a``, and ``b`` and ``d`` must match it. The GEMM settings (tile, cluster, schedule, stages, …) mean what
 they mean for a gemm over the implicit GEMM (M output pixels, N output channels K, K = C·window). The epilogue is the
-gemm's; its inputs are ``[K]`` (one value per output channel) and scalars, and an optional operand ``c`` shaped like
-``d`` (a residual; CUTLASS's source C) is read as ``c``.
+gemm's over the implicit GEMM: ``[K]`` inputs (one value per output channel), scalars, an optional operand ``c``
+shaped like ``d`` (a residual: CUTLASS's source C) read as ``c``, and ``[K]`` f32 outputs reduced over the output
+pixels (``sum_m`` / ``max_m``: per-channel statistics, Sm90RowReduction).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def lower_conv(lw: "Lowering", k: KernelNode) -> ConvKernel | None:
     rank = _rank(lw, decls.get("a"))
     operands = {name: op for name, d in decls.items() if (op := _operand(lw, d, rank, setting_pos)) is not None}
     traversal = _traversal_values(lw, values, setting_pos, rank)
-    inputs, expr = _epilogue(lw, epilogue, first_at.get(".c"))
+    inputs, expr, outputs = _epilogue(lw, epilogue, first_at.get(".c"), rank)
     if len(lw.diags) > lw.kernel_start:
         return None
     for name in SETTINGS:
@@ -130,8 +131,8 @@ def lower_conv(lw: "Lowering", k: KernelNode) -> ConvKernel | None:
     values.update(traversal)
     values["group_count"] = values.pop("groups", 1)
     return ConvKernel(name=k.name, a=operands["a"], b=operands["b"], c=operands.get("c"), d=operands["d"],
-                      epilogue_inputs=inputs,
-                      epilogue=expr, pos=k.name_pos, setting_pos=setting_pos, **values)
+                      epilogue_inputs=inputs, epilogue=expr, epilogue_outputs=outputs, pos=k.name_pos,
+                      setting_pos=setting_pos, **values)
 
 
 def _rank(lw: "Lowering", a: Decl | None) -> int | None:
@@ -203,29 +204,41 @@ def _traversal_values(lw: "Lowering", values: dict[str, Any], setting_pos: dict[
     return out
 
 
-def _epilogue(lw: "Lowering", epi: Any, c_pos: Pos | None) -> tuple[tuple[ir.EpilogueInput, ...], ir.Expr]:
-    """The gemm's epilogue lowering with ``[K]`` inputs read as per-output-channel rows (``[N]`` of the implicit
-    GEMM) and ``c`` (at ``c_pos`` when declared) readable; every other tensor input and the extra outputs are
-    refused."""
+def _epilogue(lw: "Lowering", epi: Any, c_pos: Pos | None, rank: int | None
+              ) -> tuple[tuple[ir.EpilogueInput, ...], ir.Expr, tuple[ir.EpilogueOutput, ...]]:
+    """The gemm's epilogue lowering on the implicit GEMM: ``[K]`` declarations are its ``[N]`` (one value per output
+    channel: an input row, or an f32 output reduced over the pixels with ``sum_m`` / ``max_m``), and ``c`` (at
+    ``c_pos`` when declared) is readable. The IR keeps the conv's dims."""
     if epi is None:
         lw.epilogue(None, c_pos=c_pos)  # reports a declared c that nothing reads
-        return (), ir.Acc()
-    per_channel: set[str] = set()
+        return (), ir.Acc(), ()
+    d_dims = CONV_DIMS[rank]["d"] if rank is not None else None
+    gemm_dims = {("K",): ("N",)}
+    declared: dict[str, tuple[str, ...]] = {}
     items = []
     for item in epi.items:
         if isinstance(item, Decl) and item.dims is not None:
             names = tuple(str(x) for x in item.dims.names)
-            if names == ("K",):
-                per_channel.add(item.name)
-                item = dataclasses.replace(item, dims=dataclasses.replace(item.dims, names=("N",)))
-            else:
-                lw.error("unsupported", f"{item.name} is over [{', '.join(names)}]; a conv epilogue input is [K] (one "
-                         "value per output channel) or a scalar", item.dims.pos, ("[K]", "no dims"))
+            if names not in gemm_dims:
+                like_d = " (a tensor shaped like d is the operand c)" if names == d_dims else ""
+                lw.error("unsupported", f"{item.name} is over [{', '.join(names)}]; a conv epilogue declares [K] (one "
+                         f"value per output channel) or no dims (a scalar){like_d}; tensors shaped like d other than "
+                         "c and d come later (CUTLASS's aux TMA copies take a GEMM's [M, N], not the conv's output "
+                         "modes)", item.dims.pos, ("[K]", "no dims"))
                 continue
+            declared[item.name] = names
+            item = dataclasses.replace(item, dims=dataclasses.replace(item.dims, names=gemm_dims[names]))
         items.append(item)
+    start = len(lw.diags)
     inputs, expr, outputs = lw.epilogue(dataclasses.replace(epi, items=tuple(items)), c_pos=c_pos)
-    if outputs:
-        lw.error("unsupported", f"{outputs[0].name}: a conv epilogue writes d only; extra outputs come later",
-                 outputs[0].pos, ("d",))
-    return tuple(dataclasses.replace(i, dims=("K",)) if i.name in per_channel and
-                 i.kind is EpilogueInputKind.row_vector else i for i in inputs), expr
+    if d_dims is not None:  # the epilogue's messages in the conv's words: [N] is [K], [M, N] is d's dims
+        words = {"[M, N]": f"[{', '.join(d_dims)}]", "[N]": "[K]", "f32[N]": "f32[K]"}
+
+        def conv_words(text: str) -> str:
+            for gemm, conv in words.items():
+                text = text.replace(gemm, conv)
+            return text
+        lw.diags[start:] = [dataclasses.replace(d, message=conv_words(d.message),
+                                                valid=tuple(conv_words(v) for v in d.valid)) for d in lw.diags[start:]]
+    return (tuple(dataclasses.replace(i, dims=declared[i.name]) if i.name in declared else i for i in inputs), expr,
+            tuple(dataclasses.replace(o, dims=declared[o.name]) if o.name in declared else o for o in outputs))

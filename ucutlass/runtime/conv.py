@@ -62,7 +62,7 @@ class ConvCompiledKernel(KernelLauncher):
                                      f"{getattr(a, 'device', type(a).__name__)})")
         check_device(k.target, a.device)
         ext: dict[str, int] = {}
-        inputs = {i.name: i for i in k.epilogue_inputs}
+        inputs = {i.name: i for i in (*k.epilogue_inputs, *k.epilogue_outputs)}
         for name in self.abi.ptr_names:
             t = tensors[name]
             decl = getattr(k, name) if name in ("a", "b", "c", "d") else inputs[name]
