@@ -37,13 +37,13 @@ wait "$prebuild"
 echo "prebuild: $(tail -1 "$OUT/prebuild.log"); $(grep -c '^FAIL' "$OUT/prebuild.log") failed" | tee -a "$OUT/summary.txt"
 
 pids=()
-for m in ${MODULES:-runtime batched slice evt fp8 grouped attention dispatch swap_ab}; do
+for m in ${MODULES:-runtime batched slice evt fp8 grouped attention dispatch swap_ab conv}; do
   timeout "${FAMILY_TIMEOUT:-240}" pytest -q -m gpu -p no:cacheprovider -rfE "$REPO/tests/test_${m}_gpu.py" \
     > "$OUT/pytest_$m.log" 2>&1 &
   pids+=($!)
 done
 wait "${pids[@]}"
-for m in ${MODULES:-runtime batched slice evt fp8 grouped attention dispatch swap_ab}; do
+for m in ${MODULES:-runtime batched slice evt fp8 grouped attention dispatch swap_ab conv}; do
   echo "$m: $(tail -1 "$OUT/pytest_$m.log")" | tee -a "$OUT/summary.txt"
 done
 if [ -n "${CALIBRATE:-}" ]; then

@@ -1,14 +1,16 @@
-"""Host cost of one GEMM call from Python: a compiled ucutlass kernel against torch.matmul / F.linear.
+"""Host cost of one GEMM call from Python: a compiled ucutlass kernel (``KernelLauncher.call``) against
+``torch.matmul(..., out=)`` (issue 13, item 5).
 
-Issue 13, item 5. N calls queue up behind a GPU busy-wait, so their wall time / N is what one call
-costs the host: argument checks, the ctypes call, CUTLASS's can_implement/initialize (TMA descriptors) and
-the launch for ucutlass; the dispatcher and cuBLAS's launch for torch. Median of 7 rounds of N calls each.
+A small problem (M=16, N=K=512, f16: about 3 µs on the GPU) is launched ``--calls`` times in a row without
+synchronizing; the GPU finishes each call sooner than the host issues the next, so wall time / calls is the host's
+cost per call (Python, argument checks, ctypes, the launch). Median of ``--repeats`` runs.
 
-Usage (on the GPU machine): python3 scripts/host_overhead.py [OUT.json]
+Usage (GPU machine, after ``. scripts/device_setup.sh``): python3 scripts/host_overhead.py OUT.json
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -16,69 +18,67 @@ import time
 
 import torch
 
-from ucutlass.build import build_kernels
-from ucutlass.lang import parse
-from ucutlass.runtime import load_kernel
-
-SPEC = """
-kernel tiny : gemm {
-  a : f16[M, K] row
-  b : f16[N, K] row
-  d : f16[M, N] row
-  tile = 128x128x64
-  schedule = cooperative
+UCUT = """
+kernel host_probe : gemm {
+  a : f16[M, K] row   b : f16[N, K] row   d : f16[M, N] row
+  accum = f32   tile = 128x128x64   cluster = 1x1x1   schedule = cooperative
 }
 """
 
 
-def host_us(fn, n: int = 400, rounds: int = 7) -> dict:
-    """Host microseconds per call: ``n`` calls back to back, wall time / n, median (and spread) of rounds.
-
-    Each round first puts a GPU busy-wait of ~0.1 s on the stream (``torch.cuda._sleep``), so the calls only
-    queue up behind it: their wall time is the host's alone, whatever each kernel takes on the GPU (n stays
-    under the launch queue's depth of about 1000)."""
-    for _ in range(50):
+def per_call_us(fn, calls: int, repeats: int) -> tuple[float, list[float]]:
+    """Median host µs per call over ``repeats`` runs of ``calls`` back-to-back calls (synchronized around)."""
+    for _ in range(20):
         fn()
     torch.cuda.synchronize()
-    per = []
-    for _ in range(rounds):
-        torch.cuda._sleep(200_000_000)
+    xs = []
+    for _ in range(repeats):
         t0 = time.perf_counter()
-        for _ in range(n):
+        for _ in range(calls):
             fn()
-        per.append((time.perf_counter() - t0) / n * 1e6)
+        t1 = time.perf_counter()
         torch.cuda.synchronize()
-    per.sort()
-    return {"median_us": statistics.median(per), "min_us": per[0], "max_us": per[-1], "calls": n, "rounds": rounds}
+        xs.append((t1 - t0) / calls * 1e6)
+    return statistics.median(xs), xs
 
 
 def main() -> int:
-    kernel = parse(SPEC, "tiny.ucut").kernel()
-    (built,) = build_kernels([kernel], source_file="tiny.ucut")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--calls", type=int, default=500)
+    ap.add_argument("--repeats", type=int, default=15)
+    args = ap.parse_args()
+
+    from ucutlass.build import build_kernels
+    from ucutlass.lang import parse
+    from ucutlass.runtime import load_kernel
+
+    kernel = parse(UCUT, "host_probe.ucut").kernel()
+    (built,) = build_kernels([kernel], source_file="host_probe.ucut", timeout_s=600)
     if not built.ok:
-        print(built.error, built.log[-3000:])
+        print(built.error, built.log[-2000:])
         return 1
-    k = load_kernel(built.so_path, kernel)
-    m, n, kk = 8, 128, 128
-    a = torch.randn(m, kk, device="cuda", dtype=torch.float16)
-    b = torch.randn(n, kk, device="cuda", dtype=torch.float16)
+    launcher = load_kernel(built.so_path, kernel)
+    m, n, k = 16, 512, 512
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.float16)
     d = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    k(a=a, b=b, d=d)
+    launcher.call([a, b, d])
     torch.cuda.synchronize()
-    err = (d.float() - a.float() @ b.float().T).abs().max().item()
-    rows = {
-        "ucutlass CompiledKernel(a=, b=, d=)": host_us(lambda: k(a=a, b=b, d=d)),
-        "ucutlass CompiledKernel.call([a, b, d])": host_us(lambda: k.call([a, b, d])),
-        "torch.matmul(a, b.T, out=d)": host_us(lambda: torch.matmul(a, b.T, out=d)),
-        "torch.nn.functional.linear(a, b)": host_us(lambda: torch.nn.functional.linear(a, b)),
-        "torch.empty(1) (floor: one dispatcher call)": host_us(lambda: torch.empty(1, device="cuda")),
-    }
-    out = {"shape": {"M": m, "N": n, "K": kk, "dtype": "float16"}, "max_abs_error": err,
-           "device": torch.cuda.get_device_name(), "torch": torch.__version__, "host_us_per_call": rows}
-    print(json.dumps(out, indent=1))
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
-            json.dump(out, f, indent=1)
+    err = ((d.float() - a.float() @ b.float().T).abs().max() / (a.float() @ b.float().T).abs().max()).item()
+    rows = {}
+    for name, fn in (("torch.matmul(a, b.T, out=d)", lambda: torch.matmul(a, b.T, out=d)),
+                     ("torch.nn.functional.linear(a, b)", lambda: torch.nn.functional.linear(a, b)),
+                     ("ucutlass KernelLauncher.call([a, b, d])", lambda: launcher.call([a, b, d]))):
+        med, xs = per_call_us(fn, args.calls, args.repeats)
+        rows[name] = {"median_us": med, "min_us": min(xs), "max_us": max(xs)}
+        print(f"{name:45s} {med:7.2f} µs/call (min {min(xs):.2f}, max {max(xs):.2f})", flush=True)
+    base = rows["torch.matmul(a, b.T, out=d)"]["median_us"]
+    for r in rows.values():
+        r["vs_torch_matmul"] = r["median_us"] / base
+    with open(args.out, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "shape": [m, n, k],
+                   "max_rel_err": err, "calls": args.calls, "repeats": args.repeats, "rows": rows}, f, indent=1)
     return 0
 
 

@@ -234,7 +234,7 @@ def test_every_stage_has_one_row_per_family():
     from ucutlass.runtime import LAUNCHERS
 
     families = set(FAMILIES)
-    assert families == {"gemm", "grouped_gemm", "attention"}
+    assert families == {"gemm", "grouped_gemm", "attention", "conv"}
     for table in (LOWERINGS, codegen.TEMPLATE_VALUES, ABIS, BINDERS, LAUNCHERS, EMULATORS):
         assert set(table) == families, table
     assert {f for f, _ in codegen.TEMPLATES} == families

@@ -27,8 +27,8 @@ KERNELS = Path(__file__).parent / "kernels"
 def kernels(kernel_cache):
     files = sorted(KERNELS.glob("*.ucut"))
     parsed = [parse_file(f).kernel() for f in files]
-    # attention: tests/test_attention_gpu.py; grouped_gemm: tests/test_grouped_gpu.py
-    return build_and_load([k for k in parsed if k.family not in ("attention", "grouped_gemm")], kernel_cache)
+    # attention: tests/test_attention_gpu.py; grouped_gemm: tests/test_grouped_gpu.py; conv: tests/test_conv_gpu.py
+    return build_and_load([k for k in parsed if k.family not in ("attention", "grouped_gemm", "conv")], kernel_cache)
 
 
 def test_sm100_kernels_are_refused_on_this_gpu_before_launching(kernels):

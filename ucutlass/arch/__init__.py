@@ -8,9 +8,9 @@ and :data:`RULES` do the same for the schedule ``auto`` resolves to and for the 
 
 from ._common import largest_alignment
 from .legality import check, distinct_combinations, legal_combinations
-from .targets import (ATTENTION_RULES, GROUPED_RULES, RULES, TARGET_RULES, canonical, check_kernel, resolve_schedule,
-                      resolve_swap_ab, rules_for)
+from .targets import (ATTENTION_RULES, CONV_RULES, GROUPED_RULES, RULES, TARGET_RULES, canonical, check_kernel,
+                      resolve_schedule, resolve_swap_ab, rules_for)
 
 __all__ = ["canonical", "check_kernel", "resolve_schedule", "resolve_swap_ab", "rules_for", "RULES", "TARGET_RULES",
-           "ATTENTION_RULES", "GROUPED_RULES", "check", "legal_combinations", "distinct_combinations",
+           "ATTENTION_RULES", "GROUPED_RULES", "CONV_RULES", "check", "legal_combinations", "distinct_combinations",
            "largest_alignment"]

@@ -10,18 +10,21 @@ from typing import Mapping
 
 from ..errors import Diagnostic
 from ..ir import Choice, GemmKernel, Schedule, Target
-from . import sm90, sm90_attention, sm90_grouped, sm100, sm100_attention, sm100_grouped
+from . import sm90, sm90_attention, sm90_conv, sm90_grouped, sm100, sm100_attention, sm100_conv, sm100_grouped
 
 #: The rules module of each target.
 TARGET_RULES: dict[Target, ModuleType] = {Target.sm90: sm90, Target.sm100: sm100}
 
 #: Every rule code of every target, with what it checks (the card, docs/DSL.md, lists them all).
 RULES: dict[str, str] = {**sm90.RULES, **sm100.RULES, **sm90_attention.RULES, **sm100_attention.RULES,
-                         **sm90_grouped.RULES, **sm100_grouped.RULES}
+                         **sm90_grouped.RULES, **sm100_grouped.RULES, **sm90_conv.RULES,
+                         **sm100_conv.RULES}
 #: The rules module of each target for attention kernels (``kernel NAME : attention``).
 ATTENTION_RULES: dict[Target, ModuleType] = {Target.sm90: sm90_attention, Target.sm100: sm100_attention}
 #: The rules module of each target for grouped GEMMs (``kernel NAME : grouped_gemm``).
 GROUPED_RULES: dict[Target, ModuleType] = {Target.sm90: sm90_grouped, Target.sm100: sm100_grouped}
+#: The rules module of each target for convolutions (``kernel NAME : conv``).
+CONV_RULES: dict[Target, ModuleType] = {Target.sm90: sm90_conv, Target.sm100: sm100_conv}
 
 
 def rules_for(kernel: GemmKernel) -> ModuleType:
@@ -36,6 +39,8 @@ def rules_for(kernel: GemmKernel) -> ModuleType:
         return ATTENTION_RULES[kernel.target]
     if getattr(kernel, "family", "gemm") == "grouped_gemm":  # ptr-array grouped GEMM
         return GROUPED_RULES[kernel.target]
+    if getattr(kernel, "family", "gemm") == "conv":  # implicit-GEMM convolution
+        return CONV_RULES[kernel.target]
     return TARGET_RULES[kernel.target]
 
 

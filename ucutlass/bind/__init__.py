@@ -6,8 +6,8 @@ every workload; :attr:`Binding.kernel` is the kernel to build for the problem (a
 ``swap_ab = auto`` decided for its workloads) and :meth:`Binding.callable` the destination-passing
 ``fn(*inputs, *outputs)`` over a loaded kernel.
 
-Modules: one per family (:mod:`.gemm`, :mod:`.grouped`, :mod:`.attention`) and :mod:`.slice` (views of a bound
-tensor). This ``__init__`` holds the family table (:data:`BINDERS`) and the entry points that go through it:
+Modules: one per family (:mod:`.gemm`, :mod:`.grouped`, :mod:`.attention`, :mod:`.conv`) and :mod:`.slice` (views
+of a bound tensor). This ``__init__`` holds the family table (:data:`BINDERS`) and the entry points that go through it:
 :func:`bind`, :func:`resolve_alignment`, :func:`resolve_swap_ab`. Nothing here imports :mod:`ucutlass.runtime`: a
 binding takes a loaded kernel as any object with ``abi`` and ``call`` (and ``modes`` for a gemm).
 """
@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from .attention import SM90_SEQ_ALIGNMENT, AttentionBinding, AttentionSlot, bind_attention, extents_of
+from .conv import bind_conv
 from .gemm import Binding, Slot, auto_alignment, auto_swap_ab, bind_gemm, bind_operands
 from .grouped import bind_grouped
 from .slice import slice_index, slice_problem, slice_view
 
 __all__ = [
     "BINDERS", "FamilyBinder", "family_of", "bind", "resolve_alignment", "resolve_swap_ab",
-    "Binding", "Slot", "bind_gemm", "bind_operands", "auto_alignment", "auto_swap_ab", "bind_grouped",
+    "Binding", "Slot", "bind_gemm", "bind_operands", "auto_alignment", "auto_swap_ab", "bind_grouped", "bind_conv",
     "AttentionBinding", "AttentionSlot", "bind_attention", "extents_of", "SM90_SEQ_ALIGNMENT",
     "slice_index", "slice_view", "slice_problem",
 ]
@@ -52,6 +53,7 @@ BINDERS: dict[str, FamilyBinder] = {
     "gemm": FamilyBinder(bind_gemm, auto_alignment, auto_swap_ab),
     "grouped_gemm": FamilyBinder(bind_grouped),
     "attention": FamilyBinder(bind_attention),
+    "conv": FamilyBinder(bind_conv),
 }
 
 

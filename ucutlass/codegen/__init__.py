@@ -4,8 +4,8 @@ The logic that chooses lives here; the templates are plain C++ with holes (STYLE
 Every render uses ``jinja2.StrictUndefined``: a missing value is an error, never an empty string in C++.
 
 One template per (family, target), :data:`TEMPLATES`, the values of each family's render in :data:`TEMPLATE_VALUES`
-(modules ``gemm``, ``grouped``, ``attention``); what the GEMM templates share (the EVT ``using`` list, the nested
-EVT arguments, the C ABI) lives once in ``templates/_gemm_common.j2``. The generated translation unit exports a
+(modules ``gemm``, ``grouped``, ``attention``, ``conv``); what the GEMM templates share (the EVT ``using`` list, the
+nested EVT arguments, the C ABI) lives once in ``templates/_gemm_common.j2``. The generated translation unit exports a
 fixed C ABI: ``ucut_run(ptrs, scalars, extents, knobs, workspace, workspace_bytes, stream)``,
 ``ucut_workspace_size``, ``ucut_can_implement``, ``ucut_info`` (JSON), ``ucut_last_error`` and ``ucut_abi_version``.
 Every C++ spelling is in ``cpp``; :func:`abi_of` (``abi``) gives the argument order the runtime must follow."""
@@ -19,6 +19,7 @@ from ..ir import Target
 from .abi import ABI_VERSION, Abi, abi_of, epilogue_args
 from .attention import template_values as attention_template_values
 from .common import environment, require_renderable
+from .conv import conv_template_values
 from .gemm import template_values
 from .grouped import grouped_template_values
 
@@ -29,10 +30,12 @@ __all__ = ["ABI_VERSION", "Abi", "abi_of", "epilogue_args", "render", "template_
 TEMPLATES = {("gemm", Target.sm90): "sm90_gemm.cu.j2", ("gemm", Target.sm100): "sm100_gemm.cu.j2",
              ("grouped_gemm", Target.sm90): "sm90_grouped_gemm.cu.j2",
              ("grouped_gemm", Target.sm100): "sm100_grouped_gemm.cu.j2",
-             ("attention", Target.sm90): "sm90_fmha.cu.j2", ("attention", Target.sm100): "sm100_fmha.cu.j2"}
+             ("attention", Target.sm90): "sm90_fmha.cu.j2", ("attention", Target.sm100): "sm100_fmha.cu.j2",
+             ("conv", Target.sm90): "sm90_conv.cu.j2", ("conv", Target.sm100): "sm100_conv.cu.j2"}
 #: The values each family's templates take (each checks the kernel first: :func:`require_renderable`).
 TEMPLATE_VALUES: dict[str, Callable[..., dict[str, Any]]] = {
-    "gemm": template_values, "grouped_gemm": grouped_template_values, "attention": attention_template_values}
+    "gemm": template_values, "grouped_gemm": grouped_template_values, "attention": attention_template_values,
+    "conv": conv_template_values}
 
 
 def render(kernel, source_file: str = "<string>") -> str:

@@ -75,8 +75,18 @@ def attention_abi(kernel: ir.AttentionKernel) -> Abi:
     return Abi(tuple(op.name for op in kernel.operands), (), ir.EXTENTS, ())
 
 
+def conv_abi(kernel: ir.ConvKernel) -> Abi:
+    """Pointers ``a, b, [c,] d``, the epilogue's tensor inputs and its extra outputs; its scalars; extents the activation's dims (``N``, its
+    spatial dims, ``C``), then ``K`` and the filter's spatial dims (the output's follow from stride, padding and
+    dilation, compiled in); no knobs (the SM90 conv kernel has no run-time tile-scheduler arguments)."""
+    inputs, scalars = epilogue_args(kernel)
+    ptrs = [op.name for op in kernel.operands] + inputs + [out.name for out in kernel.epilogue_outputs]
+    extents = tuple(kernel.a.dims) + ("K",) + ir.spatial_of(kernel.b.dims)
+    return Abi(tuple(ptrs), tuple(scalars), extents, ())
+
+
 #: The argument order of each family's entry point.
-ABIS = {"gemm": gemm_abi, "grouped_gemm": grouped_abi, "attention": attention_abi}
+ABIS = {"gemm": gemm_abi, "grouped_gemm": grouped_abi, "attention": attention_abi, "conv": conv_abi}
 
 
 def abi_of(kernel) -> Abi:

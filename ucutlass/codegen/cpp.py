@@ -4,7 +4,7 @@ element types, layouts, kernel and epilogue schedules, tile schedulers, EVT func
 from __future__ import annotations
 
 from .. import ir
-from ..ir import DType, IndexType, Schedule, TileScheduler
+from ..ir import DType, IndexType, Schedule, Target, TileScheduler
 
 # C++ spellings beside the IR's identities (STYLE.md: identity apart from rendering).
 CPP_ELEMENT = {DType.bf16: "cutlass::bfloat16_t", DType.f16: "cutlass::half_t", DType.f32: "float",
@@ -98,3 +98,13 @@ CPP_GROUPED_ARCH = {
     ir.Target.sm100: ("cutlass::arch::Sm100", "SM100", "examples/75_blackwell_grouped_gemm"),
 }
 CPP_INDEX = {IndexType.i32: "int32_t", IndexType.i64: "int64_t"}
+
+#: Conv activation/output layout tags by number of spatial dims (channels last; CUTLASS's conv layouts).
+CPP_CONV_LAYOUT = {1: "cutlass::layout::TensorNWC", 2: "cutlass::layout::TensorNHWC", 3: "cutlass::layout::TensorNDHWC"}
+#: The conv kernel schedules (cutlass/conv/dispatch_policy.hpp; SM90: non-persistent only); the epilogue's are the
+#: GEMM's (:data:`CPP_EPILOGUE_SCHEDULE`).
+CPP_CONV_KERNEL_SCHEDULE = {Schedule.warpspecialized: "cutlass::conv::KernelImplicitTmaWarpSpecializedSm90",
+                            Schedule.warpspecialized_1sm: "cutlass::conv::KernelImplicitTmaWarpSpecialized1SmSm100",
+                            Schedule.warpspecialized_2sm: "cutlass::conv::KernelImplicitTmaWarpSpecialized2SmSm100"}
+#: The ArchTag of each target.
+CPP_ARCH = {Target.sm90: "cutlass::arch::Sm90", Target.sm100: "cutlass::arch::Sm100"}

@@ -158,6 +158,11 @@ class _DagBuilder(_TreeBuilder):
                           "text": ir.expr_to_text(self.kernel.epilogue)})
 
 
+#: The EVT tree and DAG builders, for other families whose epilogue is the GEMM's (:mod:`ucutlass.codegen.conv`).
+EvtTreeBuilder = _TreeBuilder
+EvtDagBuilder = _DagBuilder
+
+
 def _layout_b(kernel: GemmKernel) -> str:
     """CUTLASS's layout of B; in a batched kernel, a b without batch dims (one b for every batch) is a stride
     type whose batch mode is a static 0 (cute leaves it out of the TMA descriptor)."""

@@ -8,7 +8,8 @@ that way. Numbers: f32 products of the operands' exact values (TF32 off), rounde
 the epilogue in f32 (:mod:`.epilogue`), each output rounded once to its dtype: within a problem's tolerance of the
 compiled kernel, which sums the same products in another order.
 
-Modules: :mod:`.epilogue` (the expression tree), one per family (:mod:`.gemm`, :mod:`.grouped`, :mod:`.attention`);
+Modules: :mod:`.epilogue` (the expression tree), one per family (:mod:`.gemm`, :mod:`.grouped`, :mod:`.attention`,
+:mod:`.conv`);
 this ``__init__`` holds the family table :data:`EMULATORS` and the grader's loader :func:`load_solution`.
 """
 
@@ -19,18 +20,20 @@ from typing import Any, Mapping
 from ..bind import bind, family_of
 from ..errors import KernelRuntimeError
 from .attention import AttentionEmulator
+from .conv import ConvEmulator
 from .epilogue import evaluate
 from .gemm import GemmEmulator, exact_f32
 from .grouped import GroupedEmulator
 
 __all__ = ["EMULATORS", "LOADER", "emulate_kernel", "load_solution", "evaluate", "exact_f32",
-           "GemmEmulator", "GroupedEmulator", "AttentionEmulator"]
+           "GemmEmulator", "GroupedEmulator", "AttentionEmulator", "ConvEmulator"]
 
 #: The emulator class of each kernel family (``kernel.family``); a new family adds one row and one module.
 EMULATORS: dict[str, type] = {
     "gemm": GemmEmulator,
     "grouped_gemm": GroupedEmulator,
     "attention": AttentionEmulator,
+    "conv": ConvEmulator,
 }
 
 #: The grader loader of emulated `.ucut` solutions (``SolutionRef.loader``).

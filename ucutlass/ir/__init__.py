@@ -10,11 +10,12 @@ Vocabulary follows CUTLASS: TileShape (``tile``), ClusterShape (``cluster``), Ke
 A setting whose value is still a search choice holds a :class:`Choice`; ``is_concrete()`` says whether any
 remain, and :meth:`Program.resolve` replaces them with picked values (in the IR: nothing is parsed again).
 Modules: ``values`` (enums, Choice, JSON of digests), ``operands``, ``expr`` (epilogue trees), one per family
-(``gemm``, ``grouped``, ``attention``), ``kernel`` (the protocol they share), ``program``.
+(``gemm``, ``grouped``, ``attention``, ``conv``), ``kernel`` (the protocol they share), ``program``.
 """
 
 from ..errors import Pos
 from .attention import ATTENTION_SETTINGS, EXTENTS, MASKS, AttentionKernel, head_ratio  # noqa: F401
+from .conv import CONV_DIMS, CONV_SETTINGS, ConvKernel, output_extent, spatial_of  # noqa: F401
 from .expr import linear_combination  # noqa: F401
 from .expr import BINARY_OPS, UNARY_OPS, Acc, Binary, Cast, Const, Expr, Ref, Src, Unary, expr_to_text, walk
 from .gemm import (ALIGNMENTS, BUILD_NAME, GEMM_SETTINGS, RUNTIME_DEFAULTS, RUNTIME_SETTINGS,  # noqa: F401
@@ -33,5 +34,6 @@ __all__ = [
     'Const', 'Unary', 'Binary', 'Cast', 'Expr', 'walk', 'expr_to_text', 'linear_combination', 'GEMM_SETTINGS',
     'ALIGNMENTS', 'RUNTIME_SETTINGS', 'RUNTIME_DEFAULTS', 'BUILD_NAME', 'GemmKernel', 'SWAPPED_NAMES', 'transposed',
     'IndexType', 'GROUP_OPERANDS', 'GroupedGemmKernel', 'MASKS', 'ATTENTION_SETTINGS', 'EXTENTS', 'AttentionKernel',
-    'head_ratio', 'Kernel', 'Program'
+    'head_ratio', 'Kernel', 'Program', 'ConvKernel', 'CONV_DIMS', 'CONV_SETTINGS',
+    'output_extent', 'spatial_of'
 ]

@@ -1,5 +1,5 @@
 """AST → IR for a whole program: the table of family lowerings (one module per family:
-:mod:`~ucutlass.lang.gemm`, :mod:`~ucutlass.lang.attention`, :mod:`~ucutlass.lang.grouped`), then the checks of a
+:mod:`~ucutlass.lang.gemm`, :mod:`~ucutlass.lang.attention`, :mod:`~ucutlass.lang.grouped`, :mod:`~ucutlass.lang.conv`), then the checks of a
 dispatch (:mod:`~ucutlass.lang.dispatch`)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 from ..ir import Pos, Program
 from .ast import KernelNode
 from .attention import lower_attention
+from .conv import lower_conv
 from .dispatch import lower_dispatch
 from .gemm import lower_gemm
 from .grouped import lower_grouped
@@ -17,7 +18,7 @@ from .vocabulary import FAMILIES
 
 #: The lowering of each kernel family (``kernel NAME : FAMILY { … }``): one module per family.
 LOWERINGS: dict[str, Callable[[Lowering, KernelNode], Any]] = {
-    "gemm": lower_gemm, "attention": lower_attention, "grouped_gemm": lower_grouped}
+    "gemm": lower_gemm, "attention": lower_attention, "grouped_gemm": lower_grouped, "conv": lower_conv}
 assert tuple(LOWERINGS) == FAMILIES
 
 

@@ -8,8 +8,8 @@ import re
 from .. import ir
 from ..ir import DType, EpilogueInputKind, Layout, RasterOrder, ReductionMode, Schedule, Target, TileScheduler
 
-#: Kernel families (``kernel NAME : FAMILY``): GEMM, attention (FMHA) and grouped GEMM (ucutlass.grouped).
-FAMILIES = ("gemm", "attention", "grouped_gemm",)
+#: Kernel families (``kernel NAME : FAMILY``): GEMM, attention (FMHA), grouped GEMM and convolution (implicit GEMM).
+FAMILIES = ("gemm", "attention", "grouped_gemm", "conv")
 #: ``target`` values (:class:`ucutlass.ir.Target`).
 TARGETS = tuple(t.value for t in Target)
 #: Element types of operands, epilogue inputs and ``accum`` (:class:`ucutlass.ir.DType`).

@@ -6,7 +6,7 @@ is checked first and reported with the operand's name.
 
 Modules: :mod:`.base` (the launch base every family derives from: library, ABI, plan cache, workspace, launch,
 status text), :mod:`.device` (which GPU a target's code runs on), one launcher per kernel family (:mod:`.gemm`,
-:mod:`.grouped`, :mod:`.attention`), :mod:`.dispatch` (the kernel of a call in a per-shape dispatch). This
+:mod:`.grouped`, :mod:`.attention`, :mod:`.conv`), :mod:`.dispatch` (the kernel of a call in a per-shape dispatch). This
 ``__init__`` holds the family table (:data:`LAUNCHERS`), :func:`load_kernel` and the grader's loader
 :func:`load_solution` (named ``"ucutlass.runtime:load_solution"`` in every :class:`ucutlass.grader.SolutionRef`
 that :mod:`ucutlass.solution` writes).
@@ -21,6 +21,7 @@ from ..bind import bind, extents_of, family_of
 from ..bind.attention import SM90_SEQ_ALIGNMENT
 from ..errors import KernelRuntimeError
 from .attention import AttentionCompiledKernel
+from .conv import ConvCompiledKernel
 from .base import STATUS_RANGES, KernelLauncher, status_text
 from .device import TARGET_CAPABILITY, TARGET_NAME, check_device, device_mismatch
 from .dispatch import describe, dispatch_callable, pick
@@ -29,7 +30,7 @@ from .grouped import GroupedCompiledKernel, index_type_of
 
 __all__ = [
     "LAUNCHERS", "load_kernel", "load_solution",
-    "KernelLauncher", "CompiledKernel", "GroupedCompiledKernel", "AttentionCompiledKernel",
+    "KernelLauncher", "CompiledKernel", "GroupedCompiledKernel", "AttentionCompiledKernel", "ConvCompiledKernel",
     "check_device", "device_mismatch", "TARGET_CAPABILITY", "TARGET_NAME", "STATUS_RANGES", "status_text",
     "extent_values", "index_type_of", "extents_of", "SM90_SEQ_ALIGNMENT",
     "pick", "dispatch_callable", "describe",
@@ -40,6 +41,7 @@ LAUNCHERS: dict[str, type[KernelLauncher]] = {
     "gemm": CompiledKernel,
     "grouped_gemm": GroupedCompiledKernel,
     "attention": AttentionCompiledKernel,
+    "conv": ConvCompiledKernel,
 }
 
 
