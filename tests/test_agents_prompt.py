@@ -55,7 +55,8 @@ def test_every_shipped_problem_prompt_fits(pid, capsys):
     sections = card_sections()
     family = parse_file(str(problem.spec_path)).kernels[0].family
     assert (sections["Attention"] in text) == (family == "attention")
-    assert (sections["Rules (sm90)"] in text) == (family == "gemm")
+    assert (sections["Rules (sm90)"] in text) == (family in ("gemm", "conv"))
+    assert (sections["Convolution"] in text) == (family == "conv")
     assert sections["Grouped GEMM"] not in text and sections["Blackwell (sm100)"] not in text
 
 

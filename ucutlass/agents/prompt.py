@@ -34,11 +34,14 @@ CARD_SECTIONS = {
     "grouped_gemm": ("A program", "Operands", "Settings", "Choices", "Epilogue", "Rules (sm90)", "Grouped GEMM",
                      "Errors"),
     "attention": ("A program", "Choices", "Attention", "Errors"),
+    # a conv is an implicit GEMM: the GEMM settings and sm90 rules apply to it too
+    "conv": ("A program", "Operands", "Settings", "Choices", "Epilogue", "Rules (sm90)", "Convolution", "Errors"),
 }
 #: Without a kernel.ucut, the families a problem's reference suggests (any of the words in its code), beside gemm.
 FAMILY_HINTS = {
     "attention": ("scaled_dot_product_attention", "softmax", "flash_attn"),
     "grouped_gemm": ("_grouped_mm", "grouped_mm", "expert"),
+    "conv": ("conv1d", "conv2d", "conv3d"),
 }
 #: Extra sections by what a problem holds: FP8 inputs, a target of sm100.
 FP8_SECTION, SM100_SECTION = "FP8 and block-scaled GEMM", "Blackwell (sm100)"
