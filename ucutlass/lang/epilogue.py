@@ -11,6 +11,7 @@ from ..errors import did_you_mean
 from ..ir import (Acc, Binary, Cast, Const, DType, EpilogueInput, EpilogueInputKind, EpilogueOutput, Expr, Pos, Ref,
                   Src, Unary)
 from .ast import Assign, BinOp, Call, ChoiceNode, Decl, EpilogueNode, NameNode, Neg, Num
+from .limits import check_expression
 from .settings import batch_ok, dtype_converter
 from .vocabulary import ACTIVATIONS, DTYPES, EPILOGUE_DIMS, FUNCTIONS, REDUCTIONS
 
@@ -63,6 +64,10 @@ class EpilogueLowering:
                 self.output_statement(item, out_decls[item.name], ctx, outputs, out_env)
                 continue
             expr = self.expr(item.expr, ctx)
+            too_big = check_expression(expr, item.name_pos) if expr is not None else None
+            if too_big is not None:  # intermediates inlined past the limits: what CUTLASS's EVT tree would hold
+                self.error(too_big.code, too_big.message, too_big.pos)
+                expr = None
             if item.name == "d":
                 final = expr if expr is not None else Acc()
                 continue
