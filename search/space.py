@@ -45,7 +45,14 @@ class SearchSpace:
     @classmethod
     def of(cls, program: Program, kernel_name: str | None = None,
            extents: Sequence[Mapping[str, int]] = ()) -> "SearchSpace":
+        """The space of ``kernel_name`` (the only kernel when None) for the workloads' ``extents``.
+
+        Raises:
+            CheckError: more than :data:`ucutlass.arch.MAX_COMBINATIONS` combinations (counted, not enumerated),
+                naming the choices to narrow.
+        """
         kernel = program.kernel(kernel_name)
+        arch.require_countable(kernel)
         return cls(program, kernel.name, kernel.choices(), tuple(extents))
 
     @property

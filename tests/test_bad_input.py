@@ -9,9 +9,11 @@ import time
 
 import pytest
 
-from ucutlass import lang
-from ucutlass.errors import MAX_DIAGNOSTICS, MAX_EXCERPT_CHARS, UcutSyntaxError
+from ucutlass import arch, lang
+from ucutlass.cli import main
+from ucutlass.errors import MAX_DIAGNOSTICS, MAX_EXCERPT_CHARS, CheckError, UcutSyntaxError
 from ucutlass.lang import limits
+from ucutlass.search.space import SearchSpace
 
 OPERANDS = "a : bf16[M, K] row  b : bf16[N, K] row  d : bf16[M, N] row"
 
@@ -128,3 +130,47 @@ def test_short_lines_are_shown_whole():
     d = only(err)
     assert d.code == "unknown-setting" and (d.pos.line, d.pos.column) == (2, 3)
     assert err.format().splitlines()[1:3] == ["  tiles = 128x128x64", "  ^"]
+
+
+# --- step 2: combinations counted before they are enumerated ------------------------------------------------
+
+BOMB = """kernel k : gemm {
+  a : {bf16, f16}[M, K] row  b : bf16[N, K] row  d : bf16[M, N] row
+  tile = {128x128x64, 128x256x64, 64x128x64, 64x256x64, 128x64x64, 256x128x64, 128x128x128, 64x64x64}
+  cluster = {1x1x1, 2x1x1, 1x2x1, 2x2x1, 4x1x1, 1x4x1, 4x2x1, 2x4x1}
+  schedule = {auto, cooperative, pingpong, warpspecialized}   stages = {auto, 2, 3, 4}
+  swizzle = {1, 2, 4, 8}   raster = {auto, along_m, along_n}   split_k = {1, 2, 4, 8, 16, 32, 64, 128}
+}
+"""
+
+
+def test_a_choice_bomb_is_refused_with_the_count_and_the_choices_to_narrow():
+    kernel = lang.parse(BOMB, "bomb.ucut").kernels[0]
+    assert arch.count_combinations(kernel) == 2 * 8 * 8 * 4 * 4 * 4 * 3 * 8
+    start = time.monotonic()
+    for run in (arch.legal_combinations, arch.check, lambda k: SearchSpace.of(lang.parse(BOMB), "k")):
+        with pytest.raises(CheckError) as e:
+            run(kernel)
+        d = only(e.value)
+        assert d.code == "too-large" and (d.pos.line, d.pos.column) == (3, 10)  # at tile, the largest choice
+        assert "196608 combinations" in d.message and f"at most {arch.MAX_COMBINATIONS}" in d.message
+        assert "tile 8 × cluster 8 × split_k 8 × schedule 4" in d.message
+        assert d.valid == ("tile", "cluster") and "narrow tile, cluster (one option each leaves 3072)" in d.message
+    assert time.monotonic() - start < 2  # counted, not enumerated (~0.5 ms a combination)
+
+
+def test_the_limit_itself_is_counted_not_enumerated():
+    text = BOMB.replace("split_k = {1, 2, 4, 8, 16, 32, 64, 128}", "").replace("{bf16, f16}", "bf16")
+    text = text.replace("raster = {auto, along_m, along_n}", "")
+    kernel = lang.parse(text).kernels[0]
+    assert arch.require_countable(kernel) == arch.MAX_COMBINATIONS  # 8·8·4·4·4 = 4096: accepted
+
+
+def test_check_cli_refuses_a_choice_bomb(tmp_path, capsys):
+    path = tmp_path / "bomb.ucut"
+    path.write_text(BOMB)
+    assert main(["check", str(path)]) == 1
+    err = capsys.readouterr()
+    out = err.out + err.err
+    assert f"{path}:3:10: error: kernel k: its open choices make 196608 combinations" in out
+    assert "(valid: tile, cluster)" in out

@@ -97,7 +97,7 @@ def _picks(program, pick_args: Sequence[str], kernel: str | None = None):
 # --- check ---------------------------------------------------------------------------------------------
 
 def cmd_check(args) -> int:
-    from .arch import check, legal_combinations
+    from .arch import check, legal_combinations, require_countable
 
     try:
         program = _load_program(args.file)
@@ -149,14 +149,22 @@ def cmd_check(args) -> int:
             all_ext = [None]
         diags, legal_total, combos = [], 0, 0
         seen = set()
-        for extents in all_ext:
+        distinct_ext = list({json.dumps(e, sort_keys=True): e for e in all_ext}.values())  # one check per shape
+        try:
+            require_countable(kernel)  # counted before any combination is enumerated
+        except CheckError as e:
+            report["ok"] = False
+            report["diagnostics"] += [d.to_json() for d in e.diagnostics]
+            text += [d.format(program.source) for d in e.diagnostics]
+            continue
+        for extents in distinct_ext:
             for d in check(kernel, extents):
                 if d.format() not in seen:
                     seen.add(d.format())
                     diags.append(d)
         if kernel.choices():
             legal = None
-            for extents in all_ext:
+            for extents in distinct_ext:
                 ok, _rejected = legal_combinations(kernel, extents)
                 keys = {json.dumps({k: str(v) for k, v in c.items()}, sort_keys=True) for c in ok}
                 legal = keys if legal is None else legal & keys

@@ -5,12 +5,52 @@ prints (each rule broken; for open choices a summary and the options no legal co
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any, Mapping, Sequence
 
 from .. import ir
-from ..errors import Diagnostic
+from ..errors import CheckError, Diagnostic
 from ..ir import GemmKernel, Program
 from .targets import canonical, check_kernel
+
+#: Most combinations of a kernel's open choices that are enumerated (each is checked against the rules, ~0.5 ms
+#: on a small machine; the tuner's space is the same set). A larger product is refused, counted first.
+MAX_COMBINATIONS = 4096
+
+
+def count_combinations(kernel: GemmKernel) -> int:
+    """The number of combinations of a kernel's open choices (the product of their option counts; 1 when
+    concrete), computed without enumerating them."""
+    return math.prod(len(c.options) for c in kernel.choices().values())
+
+
+def require_countable(kernel: GemmKernel) -> int:
+    """:func:`count_combinations`, refused past :data:`MAX_COMBINATIONS` before anything is enumerated.
+
+    Returns:
+        The number of combinations.
+
+    Raises:
+        CheckError: code ``too-large`` at the kernel, naming the count, each choice with its number of options
+            (largest first) and which choices to narrow to come under the limit; ``valid`` lists those choices.
+    """
+    choices = kernel.choices()
+    total = count_combinations(kernel)
+    if total <= MAX_COMBINATIONS:
+        return total
+    by_size = sorted(choices.items(), key=lambda kv: -len(kv[1].options))
+    narrow, left = [], total
+    for key, choice in by_size:  # pin the largest choices until the rest fit
+        if left <= MAX_COMBINATIONS:
+            break
+        narrow.append(key)
+        left //= len(choice.options)
+    sizes = " × ".join(f"{key} {len(c.options)}" for key, c in by_size)
+    message = (f"kernel {kernel.name}: its open choices make {total} combinations ({sizes}); at most "
+               f"{MAX_COMBINATIONS} are checked: narrow {', '.join(narrow)} (one option each leaves {left}), or "
+               "drop options of several choices")
+    pos = choices[narrow[0]].pos if narrow and choices[narrow[0]].pos.line else kernel.pos
+    raise CheckError([Diagnostic(message, pos, tuple(narrow), code="too-large")])
 
 
 def legal_combinations(kernel: GemmKernel, extents: Mapping[str, int] | None = None
@@ -25,7 +65,12 @@ def legal_combinations(kernel: GemmKernel, extents: Mapping[str, int] | None = N
         ``(legal, rejected)``: ``legal`` lists the picks (keys as :meth:`GemmKernel.choices`, values typed,
         e.g. ``{"tile": (128, 128, 64), "schedule": Schedule.pingpong}``) that pass; ``rejected`` pairs each
         other pick with the errors it breaks. Both in the order of the product of the options.
+
+    Raises:
+        CheckError: more than :data:`MAX_COMBINATIONS` combinations (:func:`require_countable`), before any is
+            checked.
     """
+    require_countable(kernel)
     choices = kernel.choices()
     keys = list(choices)
     legal: list[dict[str, Any]] = []
@@ -61,6 +106,9 @@ def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | 
 
     Returns:
         The diagnostics; no ``error`` among them means every kernel (or some combination) is legal.
+
+    Raises:
+        CheckError: a kernel's open choices make more than :data:`MAX_COMBINATIONS` combinations.
     """
     kernels = program_or_kernel.kernels if isinstance(program_or_kernel, Program) else (program_or_kernel,)
     out: list[Diagnostic] = []
