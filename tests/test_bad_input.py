@@ -5,14 +5,20 @@ Each test asserts where the message points (line:col) and what it says (the limi
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 
 from ucutlass import arch, lang
+from ucutlass.bind import bind
 from ucutlass.cli import main
-from ucutlass.errors import MAX_DIAGNOSTICS, MAX_EXCERPT_CHARS, CheckError, UcutSyntaxError
+from ucutlass.errors import MAX_DIAGNOSTICS, MAX_EXCERPT_CHARS, CheckError, UcutError, UcutSyntaxError
+from ucutlass.grader import Grader, GraderError, solution_from_file
 from ucutlass.lang import limits
+from ucutlass.problem import load_problem
+from ucutlass.search.planning import plan
 from ucutlass.search.space import SearchSpace
 
 OPERANDS = "a : bf16[M, K] row  b : bf16[N, K] row  d : bf16[M, N] row"
@@ -174,3 +180,100 @@ def test_check_cli_refuses_a_choice_bomb(tmp_path, capsys):
     out = err.out + err.err
     assert f"{path}:3:10: error: kernel k: its open choices make 196608 combinations" in out
     assert "(valid: tile, cluster)" in out
+
+
+# --- step 3: `check` accepts what `tune` and the run time accept ------------------------------------------
+
+def write_problem(root: Path, name: str, n: int, reference: str = "    return hidden_states @ weight.T\n") -> Path:
+    """A one-GEMM problem (logits = hidden · weightᵀ, bf16) with vocabulary ``n`` and two workloads of M."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    definition = {
+        "name": name, "description": "lm_head with a vocabulary of any size",
+        "axes": {"M": {"type": "var"}, "vocab": {"type": "const", "value": n},
+                 "hidden": {"type": "const", "value": 64}},
+        "inputs": {"hidden_states": {"shape": ["M", "hidden"], "dtype": "bfloat16"},
+                   "weight": {"shape": ["vocab", "hidden"], "dtype": "bfloat16"}},
+        "outputs": {"output": {"shape": ["M", "vocab"], "dtype": "bfloat16"}},
+        "reference": "import torch\n\ndef run(hidden_states, weight):\n" + reference,
+    }
+    (folder / "definition.json").write_text(json.dumps(definition))
+    inputs = {"hidden_states": {"type": "random"}, "weight": {"type": "random"}}
+    (folder / "workload.jsonl").write_text("".join(
+        json.dumps({"uuid": f"m{m}", "axes": {"M": m}, "inputs": inputs,
+                    "tolerance": {"max_atol": 0.01, "max_rtol": 0.02}}) + "\n" for m in (128, 512)))
+    return folder
+
+
+LM_HEAD = """kernel lm_head : gemm {
+  a : bf16[M, K] row <- hidden_states
+  b : bf16[N, K] LAYOUT <- weight
+  d : bf16[M, N] row -> output
+  tile = {64x128x64, 128x128x64, 128x256x64}   schedule = {cooperative, pingpong}   scheduler = {persistent, stream_k}
+}
+"""
+
+
+def test_check_and_tune_decide_alignment_auto_alike(tmp_path, capsys):
+    """N = 50260 (a multiple of 4, not 8): `auto` is 4 elements. check said "6 of 12 pass" while tune --dry-run
+    said no legal configuration (it checked 16-byte TMA)."""
+    write_problem(tmp_path, "lm_head_ragged", 50260)
+    spec = tmp_path / "lm_head.ucut"
+    spec.write_text(LM_HEAD.replace("LAYOUT", "row"))
+    assert main(["check", str(spec), "--problem", "lm_head_ragged", "--problems", str(tmp_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kernels"][0]["legal_combinations"] == 6
+    problem = load_problem(tmp_path / "lm_head_ragged")
+    tuned = plan(problem, lang.parse_file(spec))
+    assert len(tuned.legal) == 6
+    assert {tuned.space.concrete(p).alignment for p in tuned.legal} == {4}  # what a bound call loads
+    assert bind(tuned.space.concrete(tuned.legal[0]), problem).kernel.alignment == 4
+
+
+def test_check_and_tune_agree_when_nothing_is_legal(tmp_path, capsys):
+    write_problem(tmp_path, "lm_head_odd", 50257)  # odd: alignment 1, below cp.async's 4 bytes
+    spec = tmp_path / "lm_head.ucut"
+    spec.write_text(LM_HEAD.replace("LAYOUT", "row"))
+    assert main(["check", str(spec), "--problem", "lm_head_odd", "--problems", str(tmp_path)]) == 1
+    assert "0 of 12 combinations" in capsys.readouterr().out
+    with pytest.raises(UcutError, match="no legal configuration"):
+        plan(load_problem(tmp_path / "lm_head_odd"), lang.parse_file(spec))
+
+
+def test_a_col_operand_bound_to_a_contiguous_tensor_is_a_bind_layout_error(tmp_path, capsys):
+    """It checked clean, then every workload failed at run time ("strides (K, 1) do not match a col-major")."""
+    write_problem(tmp_path, "lm_head", 50304)
+    spec = tmp_path / "lm_head.ucut"
+    spec.write_text(LM_HEAD.replace("LAYOUT", "col"))
+    with pytest.raises(CheckError) as e:
+        bind(lang.parse_file(spec).kernels[0], load_problem(tmp_path / "lm_head"))
+    d = only(e.value)
+    assert (d.code, d.pos.line, d.pos.column, d.valid) == ("bind-layout", 3, 3, ("row",))
+    assert d.message.startswith("b : [N, K] col <- weight: lm_head's tensors are contiguous")
+    assert "declare b : [N, K] row" in d.message
+    assert main(["check", str(spec), "--problem", "lm_head", "--problems", str(tmp_path)]) == 1
+    assert f"{spec}:3:3: error: b : [N, K] col <- weight" in capsys.readouterr().out
+
+
+def test_binding_messages_name_the_arrow_and_the_real_cause(tmp_path):
+    write_problem(tmp_path, "lm_head", 50304)
+    text = LM_HEAD.replace("LAYOUT", "row").replace("d : bf16[M, N] row -> output", "d : bf16[B, M, N] row -> output")
+    text = text.replace("a : bf16[M, K] row", "a : bf16[B, M, K] row")  # batched a and d, one b
+    with pytest.raises(CheckError) as e:
+        bind(lang.parse(text, "t.ucut").kernels[0], load_problem(tmp_path / "lm_head"))
+    messages = [d.message for d in e.value.diagnostics]
+    assert any(m.startswith("d -> output: shape [128, 50304] cannot be read as [B, M, N] row (the tensor has 2 "
+                            "dims, fewer than the 3 declared)") for m in messages), messages
+    assert not any("d <- output" in m or "only row-major" in m for m in messages)
+
+
+def test_an_all_nan_reference_is_a_grader_error(tmp_path):
+    folder = write_problem(tmp_path, "lm_head_nan", 64, "    return (hidden_states @ weight.T) * float('nan')\n")
+    candidate = tmp_path / "honest.py"
+    candidate.write_text("import torch\n\ndef run(hidden_states, weight):\n    return hidden_states @ weight.T\n")
+    problem = load_problem(folder)
+    with Grader(problem, device="cpu", warmup_ms=2.0, rep=5.0, timeout_s=60.0) as grader:
+        with pytest.raises(GraderError) as e:
+            grader.grade(solution_from_file(candidate, problem), [0], timed=False)
+    assert "lm_head_nan: the reference's 'output' is all NaN/Inf on workload" in str(e.value)
+    assert "no candidate can match it" in str(e.value)

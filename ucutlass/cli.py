@@ -9,6 +9,7 @@ Length: one argparse tree and the command functions it calls, each a thin shell 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -157,15 +158,20 @@ def cmd_check(args) -> int:
             report["diagnostics"] += [d.to_json() for d in e.diagnostics]
             text += [d.format(program.source) for d in e.diagnostics]
             continue
+        decide = None
+        if args.problem:  # alignment and swap_ab `auto` per combination, for every workload, as `tune` decides them
+            from .bind import resolve_auto
+
+            decide = functools.partial(resolve_auto, extents=all_ext)
         for extents in distinct_ext:
-            for d in check(kernel, extents):
+            for d in check(kernel, extents, decide):
                 if d.format() not in seen:
                     seen.add(d.format())
                     diags.append(d)
         if kernel.choices():
             legal = None
             for extents in distinct_ext:
-                ok, _rejected = legal_combinations(kernel, extents)
+                ok, _rejected = legal_combinations(kernel, extents, decide)
                 keys = {json.dumps({k: str(v) for k, v in c.items()}, sort_keys=True) for c in ok}
                 legal = keys if legal is None else legal & keys
             legal_total = len(legal or ())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .. import ir
 from ..errors import CheckError, Diagnostic
@@ -53,13 +53,17 @@ def require_countable(kernel: GemmKernel) -> int:
     raise CheckError([Diagnostic(message, pos, tuple(narrow), code="too-large")])
 
 
-def legal_combinations(kernel: GemmKernel, extents: Mapping[str, int] | None = None
+def legal_combinations(kernel: GemmKernel, extents: Mapping[str, int] | None = None,
+                       decide: Callable[[Any], Any] | None = None
                        ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], list[Diagnostic]]]]:
     """Check every combination of a kernel's open choices against the arch rules.
 
     Args:
         kernel: a kernel, usually with open choices (a concrete one gives one empty combination).
         extents: optional problem extents (``{"M": 4096, ...}``) for the alignment rules.
+        decide: applied to each combination's kernel before the rules (``ucutlass check --problem`` passes
+            :func:`ucutlass.bind.resolve_auto` for the workloads: ``alignment``/``swap_ab = auto`` decided per
+            combination, as the tuner decides them).
 
     Returns:
         ``(legal, rejected)``: ``legal`` lists the picks (keys as :meth:`GemmKernel.choices`, values typed,
@@ -77,7 +81,9 @@ def legal_combinations(kernel: GemmKernel, extents: Mapping[str, int] | None = N
     rejected: list[tuple[dict[str, Any], list[Diagnostic]]] = []
     for combo in itertools.product(*(choices[k].options for k in keys)):
         picks = dict(zip(keys, combo))
-        errors = [d for d in check_kernel(kernel.resolve(picks), extents) if d.severity == "error"]
+        resolved = kernel.resolve(picks)
+        errors = [d for d in check_kernel(decide(resolved) if decide else resolved, extents)
+                  if d.severity == "error"]
         (rejected.append((picks, errors)) if errors else legal.append(picks))
     return legal, rejected
 
@@ -91,7 +97,8 @@ def distinct_combinations(kernel: GemmKernel, picks: Sequence[Mapping[str, Any]]
     return list(first.values())
 
 
-def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | None = None) -> list[Diagnostic]:
+def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | None = None,
+          decide: Callable[[Any], Any] | None = None) -> list[Diagnostic]:
     """Run the architecture rules on a program or one kernel.
 
     A concrete kernel gets the rule violations of :func:`ucutlass.arch.check_kernel`. A kernel with
@@ -103,6 +110,7 @@ def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | 
     Args:
         program_or_kernel: a :class:`~ucutlass.ir.Program` (all its kernels) or a single kernel.
         extents: optional problem extents by dim name, for the 16-byte alignment rule.
+        decide: applied to each kernel (each combination) before the rules, as in :func:`legal_combinations`.
 
     Returns:
         The diagnostics; no ``error`` among them means every kernel (or some combination) is legal.
@@ -114,9 +122,9 @@ def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | 
     out: list[Diagnostic] = []
     for kernel in kernels:
         if kernel.is_concrete():
-            out.extend(sorted(check_kernel(kernel, extents), key=_source_order))
+            out.extend(sorted(check_kernel(decide(kernel) if decide else kernel, extents), key=_source_order))
             continue
-        legal, rejected = legal_combinations(kernel, extents)
+        legal, rejected = legal_combinations(kernel, extents, decide)
         total = len(legal) + len(rejected)
         keys = ", ".join(kernel.choices())
         found: list[Diagnostic] = _dead_options(kernel, legal, rejected)
