@@ -6,10 +6,13 @@ Each test asserts where the message points (line:col) and what it says (the limi
 from __future__ import annotations
 
 import json
+import stat
 import time
 from pathlib import Path
 
+import optuna
 import pytest
+from search_fakes import SPEC, FakeBuild, FakeMeasure, make_plan, make_tuner  # tests/ is on sys.path
 
 from ucutlass import arch, lang
 from ucutlass.bind import bind
@@ -18,8 +21,14 @@ from ucutlass.errors import MAX_DIAGNOSTICS, MAX_EXCERPT_CHARS, CheckError, Ucut
 from ucutlass.grader import Grader, GraderError, solution_from_file
 from ucutlass.lang import limits
 from ucutlass.problem import load_problem
+from ucutlass.search import TuneConfig
+from ucutlass.search import report as report_module
 from ucutlass.search.planning import plan
+from ucutlass.search.report import write_outputs
 from ucutlass.search.space import SearchSpace
+from ucutlass.search.storage import StorageError
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 OPERANDS = "a : bf16[M, K] row  b : bf16[N, K] row  d : bf16[M, N] row"
 
@@ -277,3 +286,81 @@ def test_an_all_nan_reference_is_a_grader_error(tmp_path):
             grader.grade(solution_from_file(candidate, problem), [0], timed=False)
     assert "lm_head_nan: the reference's 'output' is all NaN/Inf on workload" in str(e.value)
     assert "no candidate can match it" in str(e.value)
+
+
+# --- step 4: the tuner's files and storage -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tune_plan():
+    return make_plan()
+
+
+def brute(trials: int = 4) -> TuneConfig:
+    return TuneConfig(batch=4, seed=1, trials=trials, sampler="brute", epsilon=0.0, patience=100)
+
+
+def test_tune_outputs_are_0644_and_written_atomically(tune_plan, tmp_path, monkeypatch):
+    result = make_tuner(tune_plan, FakeBuild(), FakeMeasure(), config=brute()).run()
+    paths = write_outputs(result, tmp_path)
+    for key in ("best", "table", "json", "csv"):
+        assert stat.S_IMODE(paths[key].stat().st_mode) == 0o644, key
+    before = paths["csv"].read_text()
+    assert before.count("\n") == len(result.trials) + 1
+
+    def broken_replace(src, dst):  # the run dies between writing and renaming: the old trials.csv stays whole
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report_module.os, "replace", broken_replace)
+    with pytest.raises(KeyboardInterrupt):
+        write_outputs(result, tmp_path)
+    assert paths["best"].read_text() and paths["csv"].read_text() == before
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_resuming_a_study_whose_choices_changed_is_refused(tune_plan, tmp_path):
+    """An explicit --study over a changed choice list ended in a ValueError at the final verification."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    make_tuner(tune_plan, FakeBuild(), FakeMeasure(), config=brute(), storage=storage, study_name="s").run()
+    narrowed = plan(tune_plan.problem, lang.parse(SPEC.replace("128x192x64, ", ""), "spec.ucut"))
+    with pytest.raises(UcutError) as e:
+        make_tuner(narrowed, FakeBuild(), FakeMeasure(), config=brute(), storage=storage, study_name="s").run()
+    message = str(e.value)
+    assert message.startswith("study 's' was made for other choices of kernel qkv_proj (tile was {64x128x64, "
+                              "128x128x64, 128x192x64, 256x128x64}, is {64x128x64, 128x128x64, 256x128x64})")
+    assert "--study s-2" in message
+    # the same choices resume
+    make_tuner(tune_plan, FakeBuild(), FakeMeasure(), config=brute(6), storage=storage, study_name="s").run()
+
+
+def test_a_study_from_before_the_space_was_stored_is_checked_by_its_trials(tune_plan, tmp_path):
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    make_tuner(tune_plan, FakeBuild(), FakeMeasure(), config=brute(), storage=storage, study_name="s").run()
+    study = optuna.load_study(study_name="s", storage=storage)
+    study._storage.set_study_user_attr(study._study_id, "space", None)  # as an older ucutlass left it
+    narrowed = plan(tune_plan.problem, lang.parse(SPEC.replace("cluster   = {1x1x1, 2x1x1}", "cluster = 1x1x1"),
+                                                  "spec.ucut"))
+    with pytest.raises(UcutError, match=r"trial \d+ has cluster = \dx1x1, not an option now"):
+        make_tuner(narrowed, FakeBuild(), FakeMeasure(), config=brute(), storage=storage, study_name="s").run()
+
+
+def _corrupt_sqlite(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 3])
+
+
+def _corrupt_journal(path: Path) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:3]) + lines[3][: len(lines[3]) // 2] + "\n" + "".join(lines[4:]))
+
+
+@pytest.mark.parametrize("name, corrupt", [("study.db", _corrupt_sqlite), ("study.log", _corrupt_journal)])
+def test_a_corrupt_storage_is_a_storage_error_naming_the_file(tune_plan, tmp_path, name, corrupt):
+    path = tmp_path / name
+    storage = f"sqlite:///{path}" if name.endswith(".db") else f"journal://{path}"
+    make_tuner(tune_plan, FakeBuild(), FakeMeasure(), config=brute(), storage=storage, study_name="s").run()
+    corrupt(path)
+    with pytest.raises(StorageError) as e:
+        make_tuner(tune_plan, FakeBuild(), FakeMeasure(), config=brute(), storage=storage, study_name="s").run()
+    message = str(e.value)
+    assert f"in {path}: the storage is corrupt or truncated" in message
+    assert f"mv {path} {path}.broken" in message and "--storage" in message
