@@ -364,3 +364,12 @@ def test_a_corrupt_storage_is_a_storage_error_naming_the_file(tune_plan, tmp_pat
     message = str(e.value)
     assert f"in {path}: the storage is corrupt or truncated" in message
     assert f"mv {path} {path}.broken" in message and "--storage" in message
+
+
+def test_inlined_extra_outputs_are_bounded_too():
+    """An [M, N] output's value is inlined like an intermediate's: h6 holds 255 nodes, pre = h6 * h6 511."""
+    chain = "  ".join(f"h{i} = h{i - 1} + h{i - 1}" for i in range(1, 7))
+    epilogue = f"pre : f32[M, N] row -> pre_out  h0 = acc + acc  {chain}  pre = h6 * h6  d = pre"
+    d = only(refused(gemm(epilogue=epilogue)))
+    assert d.code == "too-large" and "511 terms" in d.message
+    assert d.pos.line == 3 and epilogue.startswith("pre = h6", d.pos.column - 14)

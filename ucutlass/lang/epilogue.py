@@ -63,11 +63,7 @@ class EpilogueLowering:
             if item.name in out_decls:
                 self.output_statement(item, out_decls[item.name], ctx, outputs, out_env)
                 continue
-            expr = self.expr(item.expr, ctx)
-            too_big = check_expression(expr, item.name_pos) if expr is not None else None
-            if too_big is not None:  # intermediates inlined past the limits: what CUTLASS's EVT tree would hold
-                self.error(too_big.code, too_big.message, too_big.pos)
-                expr = None
+            expr = self.bounded(self.expr(item.expr, ctx), item.name_pos)
             if item.name == "d":
                 final = expr if expr is not None else Acc()
                 continue
@@ -148,6 +144,15 @@ class EpilogueLowering:
         return EpilogueOutput(name, kind, dtype, dims, Const(0.0), None, layout, d.source.text,  # type: ignore
                               d.pos)
 
+    def bounded(self, expr: Expr | None, pos: Pos) -> Expr | None:
+        """``expr`` (intermediates inlined) within :mod:`ucutlass.lang.limits`' depth and size, else None after
+        reporting it at ``pos``: the EVT tree CUTLASS would build from it, and every walk over it, stay bounded."""
+        too_big = check_expression(expr, pos) if expr is not None else None
+        if too_big is None:
+            return expr
+        self.error(too_big.code, too_big.message, too_big.pos)
+        return None
+
     def output_statement(self, item: Assign, out: EpilogueOutput, ctx: "ExprContext",
                          outputs: dict[str, EpilogueOutput], out_env: dict[str, Expr]) -> None:
         """``name = expr`` for a declared output: store (an [M, N] output) or reduce (``sum_n`` / ``max_n`` into
@@ -159,7 +164,7 @@ class EpilogueLowering:
             return
         node = item.expr
         if out.kind is EpilogueInputKind.matrix:
-            value = self.expr(node, ctx)
+            value = self.bounded(self.expr(node, ctx), item.name_pos)
             if value is None:
                 ctx.failed.add(name)
                 return
@@ -185,7 +190,7 @@ class EpilogueLowering:
             self.error("bad-call", f"{node.name} takes one argument, got {len(node.args)}", node.pos)
             ctx.failed.add(name)
             return
-        value = self.expr(node.args[0], ctx)
+        value = self.bounded(self.expr(node.args[0], ctx), item.name_pos)
         if value is None:
             ctx.failed.add(name)
             return
