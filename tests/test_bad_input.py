@@ -373,3 +373,14 @@ def test_inlined_extra_outputs_are_bounded_too():
     d = only(refused(gemm(epilogue=epilogue)))
     assert d.code == "too-large" and "511 terms" in d.message
     assert d.pos.line == 3 and epilogue.startswith("pre = h6", d.pos.column - 14)
+
+
+def test_a_layout_choice_with_col_bound_to_a_contiguous_tensor_is_a_bind_layout_error(tmp_path):
+    """The tuner would build the col option and see every workload fail: check refuses it first."""
+    write_problem(tmp_path, "lm_head", 50304)
+    text = LM_HEAD.replace("LAYOUT", "{row, col}")
+    with pytest.raises(CheckError) as e:
+        bind(lang.parse(text, "t.ucut").kernels[0], load_problem(tmp_path / "lm_head"))
+    d = only(e.value)
+    assert (d.code, d.pos.line, d.valid) == ("bind-layout", 3, ("row",))
+    assert d.message.startswith("b : [N, K] {row, col} <- weight: lm_head's tensors are contiguous")

@@ -250,12 +250,14 @@ def bind_operands(kernel: GemmKernel, problem: Problem) -> tuple[Binding, list[d
             diags.append(Diagnostic(f"{arg} is {'a scalar' if not dims else 'a tensor'} but {problem.id}."
                                     f"{binding} is {'a scalar' if spec.shape is None else 'a tensor'}", pos,
                                     code="bind-shape"))
-        if layout is Layout.col and len(dims) >= 2 and spec.shape is not None:
+        cols = layout.options if isinstance(layout, Choice) else (layout,)
+        if Layout.col in cols and len(dims) >= 2 and spec.shape is not None:
             shown = ", ".join(dims)
+            written = "{" + ", ".join(layout.spellings) + "}" if isinstance(layout, Choice) else "col"
             diags.append(Diagnostic(
-                f"{arg} : [{shown}] col {arrow} {binding}: {problem.id}'s tensors are contiguous (row-major, the last "
-                f"dim {dims[-1]} contiguous) but col makes {dims[-2]} contiguous, so every call would be refused (its "
-                f"strides do not match a col-major operand): declare {arg} : [{shown}] row", pos,
+                f"{arg} : [{shown}] {written} {arrow} {binding}: {problem.id}'s tensors are contiguous (row-major, "
+                f"the last dim {dims[-1]} contiguous) but col makes {dims[-2]} contiguous, so every call would be "
+                f"refused (its strides do not match a col-major operand): declare {arg} : [{shown}] row", pos,
                 ("row",), code="bind-layout"))
         slots.append(Slot(arg, binding, tuple(dims), layout, is_output, pos, view))
 
