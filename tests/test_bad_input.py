@@ -384,3 +384,11 @@ def test_a_layout_choice_with_col_bound_to_a_contiguous_tensor_is_a_bind_layout_
     d = only(e.value)
     assert (d.code, d.pos.line, d.valid) == ("bind-layout", 3, ("row",))
     assert d.message.startswith("b : [N, K] {row, col} <- weight: lm_head's tensors are contiguous")
+
+
+def test_a_file_without_a_size_is_read_only_up_to_the_limit():
+    """/dev/zero (or a pipe) reports size 0: reading it whole never ends."""
+    with pytest.raises(UcutSyntaxError) as e:
+        lang.parse_file("/dev/zero")
+    d = only(e.value)
+    assert d.code == "too-large" and "more than 262144 bytes" in d.message and str(d.pos) == "/dev/zero:1:1"

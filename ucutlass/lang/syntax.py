@@ -315,11 +315,20 @@ def parse(text: str, file: str = "<string>") -> Program:
 
 
 def parse_file(path: str | Path) -> Program:
-    """Read and :func:`parse` a `.ucut` file; positions name the file as given."""
+    """Read and :func:`parse` a `.ucut` file; positions name the file as given.
+
+    Raises:
+        UcutSyntaxError: as :func:`parse`; a file over :data:`~ucutlass.lang.limits.MAX_FILE_BYTES` is refused
+            having read only that many bytes.
+        OSError, UnicodeDecodeError: the file cannot be read, or is not UTF-8 (the CLI words them).
+    """
     path = Path(path)
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:  # refused before it is read
-        raise UcutSyntaxError([Diagnostic(f"the file holds {size} bytes; a .ucut program may hold at most "
+    with path.open("rb") as f:  # at most one byte past the limit is read (a pipe or /dev/zero has no size)
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        size = path.stat().st_size
+        held = f"{size} bytes" if size > MAX_FILE_BYTES else f"more than {MAX_FILE_BYTES} bytes"
+        raise UcutSyntaxError([Diagnostic(f"the file holds {held}; a .ucut program may hold at most "
                                           f"{MAX_FILE_BYTES} ({MAX_FILE_BYTES // 1024} KiB)", Pos(str(path), 1, 1),
                                           code="too-large")])
-    return parse(path.read_text(encoding="utf-8"), file=str(path))
+    return parse(data.decode("utf-8"), file=str(path))
