@@ -30,6 +30,7 @@ STAGES = [
     ("ucutlass.emulate",),  # beside the runtime: the same bound call, run as torch ops
     ("ucutlass.solution",),
     ("ucutlass.search",),
+    ("ucutlass.agents",),  # for LLM agents: feedback documents, prompts, the MCP server (which runs the CLI)
     ("ucutlass.cli",),
 ]
 #: Modules whose length is theirs to explain (out of issue 15's scope: the grader and the tuner).

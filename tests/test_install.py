@@ -40,6 +40,10 @@ src100 = render(k100)  # the shared templates/_gemm_common.j2 ships too
 assert "KernelTmaWarpSpecialized1SmSm100" in src100 and "Sm90SrcFetch" in src100
 from ucutlass.sol import load_hardware
 assert load_hardware("h200").name
+from ucutlass.agents import load_schema
+from ucutlass.agents.prompt import card_sections
+assert load_schema()["$defs"]["schema"]["const"] == "ucutlass.feedback/1"  # feedback-v1.json ships
+assert "Rules (sm90)" in card_sections()  # the card (docs/DSL.md) ships as ucutlass.docs
 print("OK", len(src))
 """
 

