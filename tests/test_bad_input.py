@@ -392,3 +392,18 @@ def test_a_file_without_a_size_is_read_only_up_to_the_limit():
         lang.parse_file("/dev/zero")
     d = only(e.value)
     assert d.code == "too-large" and "more than 262144 bytes" in d.message and str(d.pos) == "/dev/zero:1:1"
+
+
+def test_check_cli_exits_1_on_an_empty_or_huge_file(tmp_path, capsys):
+    """Both exited 0 with no kernel (empty), or took all the memory (a 5 MB file of duplicate options)."""
+    empty = tmp_path / "empty.ucut"
+    empty.write_text("# a comment and nothing else\n")
+    assert main(["check", str(empty)]) == 1
+    assert f"{empty}:1:1: error: the file holds no kernel" in capsys.readouterr().err
+    huge = tmp_path / "huge.ucut"
+    huge.write_text(gemm("tile = {" + ",".join(["128x128x64"] * 500_000) + "}"))
+    start = time.monotonic()
+    assert main(["check", str(huge)]) == 1
+    out = capsys.readouterr()
+    assert time.monotonic() - start < 5 and len(out.err) < 1000
+    assert f"{huge}:1:1: error: the file holds 5500" in out.err and "at most 262144" in out.err
