@@ -452,7 +452,8 @@ class Grader:
         """The reference's outputs (run in the reference worker), checked against the definition's shapes.
 
         Raises:
-            GraderError: the reference fails, hangs or exits, or returns the wrong outputs.
+            GraderError: the reference fails, hangs or exits, returns the wrong outputs, or an output that is all
+                NaN/Inf (nothing could match it: the problem is broken, not the candidate).
         """
         import torch
 
@@ -470,6 +471,11 @@ class Grader:
             if tuple(ref.shape) != want:
                 raise GraderError(f"{self.problem.id}: the reference's {name!r} has shape {tuple(ref.shape)}, "
                                   f"the definition says {want}")
+            if ref.numel() and (ref.is_floating_point() or ref.is_complex()) and not bool(torch.isfinite(ref).any()):
+                raise GraderError(f"{self.problem.id}: the reference's {name!r} is all NaN/Inf on workload "
+                                  f"{workload.label()} ({ref.numel()} elements): no candidate can match it; fix the "
+                                  "reference or this workload's inputs and tolerance (definition.json, "
+                                  "workload.jsonl)")
             out[name] = ref
         return out
 

@@ -15,7 +15,9 @@ Files in the output folder:
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import math
 import os
@@ -94,15 +96,28 @@ def format_table(result: TuneResult) -> str:
     return "\n".join(lines)
 
 
+#: Permissions of what ``tune`` writes: readable by all, as the kernel cache's files (mkstemp makes 0600).
+OUTPUT_MODE = 0o644
+
+
 def _atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, mode :data:`OUTPUT_MODE`, then rename it over ``path``:
+    a reader (or a run killed half-way) sees the old file or the new one, never a part."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+        os.chmod(tmp, OUTPUT_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write_outputs(result: TuneResult, out_dir: Path, extra: dict | None = None) -> dict[str, Path]:
-    """Write best.ucut, results.json, table.txt, trials.csv (and trials.png); return their paths."""
+    """Write best.ucut, results.json, table.txt, trials.csv (and trials.png); return their paths. Each is written
+    atomically (a temporary file renamed over it) with mode 0644."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     if result.best is not None:
@@ -136,14 +151,15 @@ def write_outputs(result: TuneResult, out_dir: Path, extra: dict | None = None) 
     paths["json"] = out_dir / "results.json"
     _atomic_write(paths["json"], json.dumps(doc, indent=2, default=str))
     paths["csv"] = out_dir / "trials.csv"
-    with open(paths["csv"], "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["number", "state", "objective_t_over_sol", "status", "config", "reason", "params", "worker",
-                    "retry_of"])
-        for t in result.trials:
-            w.writerow([t["number"], t["state"], t.get("value"), t.get("status", ""), t.get("config", ""),
-                        t.get("reason", ""), json.dumps(t.get("params", {}), sort_keys=True), t.get("worker", ""),
-                        t.get("retry_of", "")])
+    rows = io.StringIO(newline="")
+    w = csv.writer(rows)
+    w.writerow(["number", "state", "objective_t_over_sol", "status", "config", "reason", "params", "worker",
+                "retry_of"])
+    for t in result.trials:
+        w.writerow([t["number"], t["state"], t.get("value"), t.get("status", ""), t.get("config", ""),
+                    t.get("reason", ""), json.dumps(t.get("params", {}), sort_keys=True), t.get("worker", ""),
+                    t.get("retry_of", "")])
+    _atomic_write(paths["csv"], rows.getvalue())
     png = _plot(result, out_dir / "trials.png")
     if png:
         paths["plot"] = png

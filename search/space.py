@@ -17,7 +17,7 @@ from typing import Iterator, Mapping, Sequence
 from optuna.distributions import CategoricalDistribution
 
 from ucutlass import arch
-from ucutlass.bind import resolve_swap_ab
+from ucutlass.bind import resolve_auto
 from ucutlass.errors import Diagnostic
 from ucutlass.ir import Choice, GemmKernel, Program
 
@@ -45,7 +45,14 @@ class SearchSpace:
     @classmethod
     def of(cls, program: Program, kernel_name: str | None = None,
            extents: Sequence[Mapping[str, int]] = ()) -> "SearchSpace":
+        """The space of ``kernel_name`` (the only kernel when None) for the workloads' ``extents``.
+
+        Raises:
+            CheckError: more than :data:`ucutlass.arch.MAX_COMBINATIONS` combinations (counted, not enumerated),
+                naming the choices to narrow.
+        """
         kernel = program.kernel(kernel_name)
+        arch.require_countable(kernel)
         return cls(program, kernel.name, kernel.choices(), tuple(extents))
 
     @property
@@ -76,10 +83,11 @@ class SearchSpace:
         return slot[what]
 
     def concrete(self, params: Mapping[str, str]) -> GemmKernel:
-        """The concrete kernel for Optuna params, with ``swap_ab = auto`` decided for the workloads' M as a binding
-        decides it (:func:`ucutlass.bind.resolve_swap_ab`): what the tuner builds is what a bound call loads."""
+        """The concrete kernel for Optuna params, with ``alignment = auto`` and ``swap_ab = auto`` decided for the
+        workloads' extents as a binding decides them (:func:`ucutlass.bind.resolve_auto`, which ``ucutlass check
+        --problem`` applies too): what the tuner builds is what a bound call loads."""
         return self._memoized("kernel", params,
-                              lambda: resolve_swap_ab(self.kernel.resolve(self.picks(params)), self.extents))
+                              lambda: resolve_auto(self.kernel.resolve(self.picks(params)), self.extents))
 
     def concrete_program(self, params: Mapping[str, str]) -> Program:
         """The concrete program (source text rewritten) for Optuna params."""

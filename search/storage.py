@@ -27,8 +27,10 @@ and queued again once (Optuna's ``RetryHeartbeatStaleTrialCallback``, as :class:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
+import json
 import os
 import socket
 import threading
@@ -36,7 +38,7 @@ import time
 import warnings
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
@@ -52,6 +54,46 @@ GRACE_S = 60
 UNCLAIMED_S = 600.0
 #: User attributes that belong to the worker holding a trial (not copied into a retried trial).
 WORKER_ATTRS = ("worker", "claimed", "duplicate", "status", "reason")
+
+
+
+class StorageError(UcutError):
+    """A study's storage cannot be read: a corrupt or truncated ``study.db``, a damaged journal ``study.log``.
+    The message names the file and what to do (move it aside, or tune with another ``--storage``)."""
+
+
+def storage_file(url: str | None) -> str:
+    """What to name in a message about ``url``: the file of a SQLite or journal URL, else the URL."""
+    kind = storage_kind(url) if url else "memory"
+    if kind == "journal":
+        return str(journal_path(url))  # type: ignore[arg-type]
+    if kind == "sqlite":
+        return url[len("sqlite:///"):] if url.startswith("sqlite:///") else url  # type: ignore[union-attr]
+    return url or "the in-memory storage"
+
+
+@contextlib.contextmanager
+def readable(url: str | None, what: str = "read the study") -> Iterator[None]:
+    """Turn the errors of a damaged storage (SQLAlchemy's ``DatabaseError`` on a corrupt or truncated SQLite file,
+    a JSON error in a journal log, bytes that are not text) into a :class:`StorageError` naming the file.
+
+    Args:
+        url: the storage URL (for the message).
+        what: what was being done, for the message.
+    """
+    import sqlalchemy.exc
+
+    try:
+        yield
+    except (sqlalchemy.exc.DatabaseError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        name = storage_file(url)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        local = storage_kind(url) in ("sqlite", "journal") if url else False
+        todo = (f"move it aside (mv {name} {name}.broken) and run again to start a new study, or tune with "
+                "another --storage" if local else "repair the database, or tune with another --storage")
+        raise StorageError(f"cannot {what} in {name}: the storage is corrupt or truncated "
+                           f"({type(e).__name__}: {first[:200]}); {todo}") from None
+
 
 _retry_base = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) \
     or optuna.storages.RetryFailedTrialCallback  # optuna < 4.9
@@ -114,7 +156,7 @@ def default_url(out_dir: Path, workers: int) -> str:
     if workers == 1:
         return f"sqlite:///{db}"
     db_url = f"sqlite:///{db}"
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), readable(db_url, "copy the study into a journal log"):
         warnings.simplefilter("ignore")
         for summary in optuna.get_all_study_summaries(db_url, include_best_trial=False):
             optuna.copy_study(from_study_name=summary.study_name, from_storage=db_url,
@@ -131,6 +173,8 @@ def open_storage(url: str | None, *, heartbeat_s: int | None = HEARTBEAT_S,
 
     Raises:
         UcutError: a malformed URL, or a database whose Python driver is not installed.
+        StorageError: a SQLite file that is not a database, or a journal log with a damaged record (corrupt,
+            truncated).
     """
     kind = storage_kind(url)
     if kind == "memory":
@@ -141,7 +185,8 @@ def open_storage(url: str | None, *, heartbeat_s: int | None = HEARTBEAT_S,
 
         path = journal_path(url)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(path)))
+        with readable(url, "read the study log"):  # JournalStorage replays the whole log here
+            return JournalStorage(JournalFileBackend(str(path)))
     kwargs: dict = {}
     if kind == "sqlite":
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}  # several readers and a writer wait
@@ -150,7 +195,7 @@ def open_storage(url: str | None, *, heartbeat_s: int | None = HEARTBEAT_S,
             if "heartbeat_stale_trial_callback" in inspect.signature(RDBStorage).parameters else "failed_trial_callback"
         kwargs.update(heartbeat_interval=heartbeat_s, grace_period=grace_s, **{callback: RetryStaleTrial()})
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), readable(url, "open the study storage"):
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return RDBStorage(url, **kwargs)
     except ImportError as e:

@@ -49,13 +49,15 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ucutlass.bind import Binding
 from ucutlass.build import BuildResult
+from ucutlass.errors import UcutError
 from ucutlass.ir import GemmKernel, Program
 from ucutlass.problem import Problem, Workload
 
 from .budget import StopRule, geomean, headroom, trial_budget
 from .portfolio import choose, contenders, ranges
 from .space import SearchSpace, params_key
-from .storage import Heartbeat, fail_dead_workers, fail_stale_trials, heartbeat_enabled, open_storage, worker_id
+from .storage import (Heartbeat, fail_dead_workers, fail_stale_trials, heartbeat_enabled, open_storage, readable,
+                      worker_id)
 
 
 @dataclass
@@ -300,6 +302,7 @@ class Tuner:
         self.problem, self.binding, self.space = problem, binding, space
         self.build, self.measure, self.t_sol_ms = build, measure, t_sol_ms
         self.config = config
+        self.storage_url = storage if isinstance(storage, str) else None  # named in storage errors
         self.storage = open_storage(storage) if storage is None or isinstance(storage, str) else storage
         self.study_name = study_name or f"{problem.id}:{space.kernel_name}:{space.kernel.digest()[:12]}"
         self.progress = progress or (lambda event: None)
@@ -342,11 +345,51 @@ class Tuner:
         return outcomes
 
     def _open(self, sampler_kind: str, create: bool) -> optuna.Study:
+        """Create (or resume) the study, or load it (a worker).
+
+        Raises:
+            StorageError: the storage is corrupt or truncated (names the file and what to do).
+        """
         sampler = _make_sampler(sampler_kind, self.config.seed + self.worker_index)
-        if create:
-            return optuna.create_study(study_name=self.study_name, storage=self.storage, direction="minimize",
-                                       sampler=sampler, load_if_exists=True)
-        return optuna.load_study(study_name=self.study_name, storage=self.storage, sampler=sampler)
+        with readable(self.storage_url, f"open study {self.study_name!r}"):
+            if create:
+                return optuna.create_study(study_name=self.study_name, storage=self.storage, direction="minimize",
+                                           sampler=sampler, load_if_exists=True)
+            return optuna.load_study(study_name=self.study_name, storage=self.storage, sampler=sampler)
+
+    def _choices(self) -> dict[str, list[str]]:
+        """The space's open choices as stored in the study (``space``): key → spellings, in order."""
+        return {key: list(c.spellings) for key, c in self.space.choices.items()}
+
+    def _check_resumable(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> None:
+        """A resumed study must have been made for these choices: its ``space`` attribute (or, in a study from
+        before it was stored, its trials' parameters) must match, or the sampler would propose options that no
+        longer exist and the best configuration could not be rebuilt.
+
+        Raises:
+            UcutError: the choices changed; names what changed and suggests a new study name (``--study``).
+        """
+        now = self._choices()
+        stored = study.user_attrs.get("space")
+        changed: list[str] = []
+        if stored is not None:
+            for key in sorted(set(stored) | set(now)):
+                if stored.get(key) != now.get(key):
+                    was = "{" + ", ".join(stored[key]) + "}" if key in stored else "not a choice"
+                    is_ = "{" + ", ".join(now[key]) + "}" if key in now else "not a choice"
+                    changed.append(f"{key} was {was}, is {is_}")
+        else:
+            for t in trials:
+                for key, value in trial_params(t).items():
+                    if key not in now or str(value) not in now[key]:
+                        changed.append(f"trial {t.number} has {key} = {value}, not an option now")
+                        break
+                if changed:
+                    break
+        if changed:
+            raise UcutError(f"study {self.study_name!r} was made for other choices of kernel "
+                            f"{self.space.kernel_name} ({'; '.join(changed[:5])}); resuming it would mix two search "
+                            f"spaces: give a new study name (--study {self.study_name}-2), or restore the choices")
 
     def _stop_rule(self, trials: Sequence[FrozenTrial]) -> StopRule:
         """The stop rule of the whole study, replayed from its measured trials in completion order."""
@@ -393,6 +436,9 @@ class Tuner:
         if kind == "auto":
             kind = "brute" if len(legal) <= budget else "tpe"
         study = self.study = self._open(kind, create=True)
+        with readable(self.storage_url, f"read the trials of study {self.study_name!r}"):
+            trials = study.get_trials(deepcopy=False)
+        self._check_resumable(study, trials)
         fail_dead_workers(study)  # trials a killed run left RUNNING
         trials = study.get_trials(deepcopy=False)
         if kind == "brute":
@@ -410,6 +456,7 @@ class Tuner:
                            tuned=[w.uuid for w in workloads], finished_at_start=len(measured))
         study.set_user_attr("problem", self.problem.id)
         study.set_user_attr("kernel", self.space.kernel_name)
+        study.set_user_attr("space", self._choices())
         study.set_user_attr("tuned_workloads", [w.uuid for w in workloads])
         study.set_user_attr("setup", dataclasses.asdict(self.setup))
         study.set_user_attr("stop_reason", "")

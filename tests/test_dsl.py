@@ -127,7 +127,11 @@ def test_newlines_are_not_significant_and_comments_are_ignored():
 
 
 def test_empty_program_and_several_kernels():
-    assert lang.parse("# nothing\n").kernels == ()
+    for text in ("", "# nothing\n", "  \n\t# only a comment\r\n"):  # an error, not a program of no kernels
+        with pytest.raises(UcutSyntaxError) as e:
+            lang.parse(text, "empty.ucut")
+        (d,) = e.value.diagnostics
+        assert (d.code, str(d.pos), d.valid) == ("empty", "empty.ucut:1:1", ("kernel",))
     program = lang.parse(gemm(name="one") + gemm("tile = 64x128x64", name="two"))
     assert [k.name for k in program.kernels] == ["one", "two"]
     assert program.kernel("two").tile == (64, 128, 64)

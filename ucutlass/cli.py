@@ -9,6 +9,7 @@ Length: one argparse tree and the command functions it calls, each a thin shell 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -97,7 +98,7 @@ def _picks(program, pick_args: Sequence[str], kernel: str | None = None):
 # --- check ---------------------------------------------------------------------------------------------
 
 def cmd_check(args) -> int:
-    from .arch import check, legal_combinations
+    from .arch import check, legal_combinations, require_countable
 
     from .agents.feedback import document, error_document
 
@@ -154,15 +155,28 @@ def cmd_check(args) -> int:
             all_ext = [None]
         diags, legal_total, combos = [], 0, 0
         seen = set()
-        for extents in all_ext:
-            for d in check(kernel, extents):
+        distinct_ext = list({json.dumps(e, sort_keys=True): e for e in all_ext}.values())  # one check per shape
+        try:
+            require_countable(kernel)  # counted before any combination is enumerated
+        except CheckError as e:
+            report["ok"] = False
+            report["diagnostics"] += [d.to_json() for d in e.diagnostics]
+            text += [d.format(program.source) for d in e.diagnostics]
+            continue
+        decide = None
+        if args.problem:  # alignment and swap_ab `auto` per combination, for every workload, as `tune` decides them
+            from .bind import resolve_auto
+
+            decide = functools.partial(resolve_auto, extents=all_ext)
+        for extents in distinct_ext:
+            for d in check(kernel, extents, decide):
                 if d.format() not in seen:
                     seen.add(d.format())
                     diags.append(d)
         if kernel.choices():
             legal = None
-            for extents in all_ext:
-                ok, _rejected = legal_combinations(kernel, extents)
+            for extents in distinct_ext:
+                ok, _rejected = legal_combinations(kernel, extents, decide)
                 keys = {json.dumps({k: str(v) for k, v in c.items()}, sort_keys=True) for c in ok}
                 legal = keys if legal is None else legal & keys
             legal_total = len(legal or ())

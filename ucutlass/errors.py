@@ -42,14 +42,27 @@ def did_you_mean(word: str, valid: Sequence[str]) -> str:
     return f"; did you mean {close!r}?" if close else ""
 
 
+#: Most diagnostics one error carries; the rest are counted in a last note (the output stays bounded).
+MAX_DIAGNOSTICS = 50
+#: Widest source excerpt under a diagnostic, in characters: a longer line is cut around the column.
+MAX_EXCERPT_CHARS = 120
+
+
 def excerpt(text: str, pos: Pos) -> str:
     """The line of ``text`` at ``pos`` with a caret under the column (as Lark's ``get_context``), or "" when
-    the position is not in the text."""
+    the position is not in the text. A line longer than :data:`MAX_EXCERPT_CHARS` is cut to that many
+    characters around the column, ``…`` marking each cut."""
     lines = text.splitlines()
     if not 1 <= pos.line <= len(lines):
         return ""
     line = lines[pos.line - 1]
-    return line + "\n" + " " * len(line[: max(pos.column - 1, 0)].expandtabs()) + "^\n"
+    col = max(pos.column - 1, 0)
+    if len(line) > MAX_EXCERPT_CHARS:
+        start = max(0, min(col - MAX_EXCERPT_CHARS // 2, len(line) - MAX_EXCERPT_CHARS))
+        end = start + MAX_EXCERPT_CHARS
+        head, tail = ("…" if start > 0 else ""), ("…" if end < len(line) else "")
+        line, col = head + line[start:end] + tail, col - start + len(head)
+    return line + "\n" + " " * len(line[:col].expandtabs()) + "^\n"
 
 
 @dataclass(frozen=True)
@@ -107,6 +120,13 @@ class UcutSyntaxError(UcutError):
     """
 
     def __init__(self, diagnostics: Sequence[Diagnostic], context: str = "", source: str | None = None):
+        diagnostics = list(diagnostics)
+        if len(diagnostics) > MAX_DIAGNOSTICS:  # the first ones, and how many more
+            rest = len(diagnostics) - MAX_DIAGNOSTICS
+            last = diagnostics[MAX_DIAGNOSTICS]
+            diagnostics = diagnostics[:MAX_DIAGNOSTICS] + [Diagnostic(
+                f"{rest} more problem(s) not shown (at most {MAX_DIAGNOSTICS} are reported; fix these first)",
+                Pos(last.pos.file, last.pos.line, last.pos.column), code="too-many", severity="note")]
         self.diagnostics = tuple(diagnostics)
         self.source = source
         self.context = context or (excerpt(source, self.diagnostics[0].pos) if source and self.diagnostics else "")
@@ -153,6 +173,6 @@ def diagnostics_json(diags: Iterable[Diagnostic]) -> list[dict]:
 
 
 __all__ = [
-    "Diagnostic", "UcutError", "UcutSyntaxError", "CheckError", "ToolchainError", "CompileError",
+    "MAX_DIAGNOSTICS", "MAX_EXCERPT_CHARS", "Diagnostic", "UcutError", "UcutSyntaxError", "CheckError", "ToolchainError", "CompileError",
     "KernelRuntimeError", "ProblemError", "diagnostics_json",
 ]

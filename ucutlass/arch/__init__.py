@@ -7,10 +7,12 @@ and :data:`RULES` do the same for the schedule ``auto`` resolves to and for the 
 """
 
 from ._common import largest_alignment
-from .legality import check, distinct_combinations, legal_combinations
+from .legality import (MAX_COMBINATIONS, check, count_combinations, distinct_combinations, legal_combinations,
+                       require_countable)
 from .targets import (ATTENTION_RULES, CONV_RULES, GROUPED_RULES, RULES, TARGET_RULES, canonical, check_kernel,
                       resolve_schedule, resolve_swap_ab, rules_for)
 
 __all__ = ["canonical", "check_kernel", "resolve_schedule", "resolve_swap_ab", "rules_for", "RULES", "TARGET_RULES",
            "ATTENTION_RULES", "GROUPED_RULES", "CONV_RULES", "check", "legal_combinations", "distinct_combinations",
+           "MAX_COMBINATIONS", "count_combinations", "require_countable",
            "largest_alignment"]

@@ -5,34 +5,85 @@ prints (each rule broken; for open choices a summary and the options no legal co
 from __future__ import annotations
 
 import itertools
-from typing import Any, Mapping, Sequence
+import math
+from typing import Any, Callable, Mapping, Sequence
 
 from .. import ir
-from ..errors import Diagnostic
+from ..errors import CheckError, Diagnostic
 from ..ir import GemmKernel, Program
 from .targets import canonical, check_kernel
 
+#: Most combinations of a kernel's open choices that are enumerated (each is checked against the rules, ~0.5 ms
+#: on a small machine; the tuner's space is the same set). A larger product is refused, counted first.
+MAX_COMBINATIONS = 4096
 
-def legal_combinations(kernel: GemmKernel, extents: Mapping[str, int] | None = None
+
+def count_combinations(kernel: GemmKernel) -> int:
+    """The number of combinations of a kernel's open choices (the product of their option counts; 1 when
+    concrete), computed without enumerating them."""
+    return math.prod(len(c.options) for c in kernel.choices().values())
+
+
+def require_countable(kernel: GemmKernel) -> int:
+    """:func:`count_combinations`, refused past :data:`MAX_COMBINATIONS` before anything is enumerated.
+
+    Returns:
+        The number of combinations.
+
+    Raises:
+        CheckError: code ``too-large`` at the kernel, naming the count, each choice with its number of options
+            (largest first) and which choices to narrow to come under the limit; ``valid`` lists those choices.
+    """
+    choices = kernel.choices()
+    total = count_combinations(kernel)
+    if total <= MAX_COMBINATIONS:
+        return total
+    by_size = sorted(choices.items(), key=lambda kv: -len(kv[1].options))
+    narrow, left = [], total
+    for key, choice in by_size:  # pin the largest choices until the rest fit
+        if left <= MAX_COMBINATIONS:
+            break
+        narrow.append(key)
+        left //= len(choice.options)
+    sizes = " × ".join(f"{key} {len(c.options)}" for key, c in by_size)
+    message = (f"kernel {kernel.name}: its open choices make {total} combinations ({sizes}); at most "
+               f"{MAX_COMBINATIONS} are checked: narrow {', '.join(narrow)} (one option each leaves {left}), or "
+               "drop options of several choices")
+    pos = choices[narrow[0]].pos if narrow and choices[narrow[0]].pos.line else kernel.pos
+    raise CheckError([Diagnostic(message, pos, tuple(narrow), code="too-large")])
+
+
+def legal_combinations(kernel: GemmKernel, extents: Mapping[str, int] | None = None,
+                       decide: Callable[[Any], Any] | None = None
                        ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], list[Diagnostic]]]]:
     """Check every combination of a kernel's open choices against the arch rules.
 
     Args:
         kernel: a kernel, usually with open choices (a concrete one gives one empty combination).
         extents: optional problem extents (``{"M": 4096, ...}``) for the alignment rules.
+        decide: applied to each combination's kernel before the rules (``ucutlass check --problem`` passes
+            :func:`ucutlass.bind.resolve_auto` for the workloads: ``alignment``/``swap_ab = auto`` decided per
+            combination, as the tuner decides them).
 
     Returns:
         ``(legal, rejected)``: ``legal`` lists the picks (keys as :meth:`GemmKernel.choices`, values typed,
         e.g. ``{"tile": (128, 128, 64), "schedule": Schedule.pingpong}``) that pass; ``rejected`` pairs each
         other pick with the errors it breaks. Both in the order of the product of the options.
+
+    Raises:
+        CheckError: more than :data:`MAX_COMBINATIONS` combinations (:func:`require_countable`), before any is
+            checked.
     """
+    require_countable(kernel)
     choices = kernel.choices()
     keys = list(choices)
     legal: list[dict[str, Any]] = []
     rejected: list[tuple[dict[str, Any], list[Diagnostic]]] = []
     for combo in itertools.product(*(choices[k].options for k in keys)):
         picks = dict(zip(keys, combo))
-        errors = [d for d in check_kernel(kernel.resolve(picks), extents) if d.severity == "error"]
+        resolved = kernel.resolve(picks)
+        errors = [d for d in check_kernel(decide(resolved) if decide else resolved, extents)
+                  if d.severity == "error"]
         (rejected.append((picks, errors)) if errors else legal.append(picks))
     return legal, rejected
 
@@ -46,7 +97,8 @@ def distinct_combinations(kernel: GemmKernel, picks: Sequence[Mapping[str, Any]]
     return list(first.values())
 
 
-def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | None = None) -> list[Diagnostic]:
+def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | None = None,
+          decide: Callable[[Any], Any] | None = None) -> list[Diagnostic]:
     """Run the architecture rules on a program or one kernel.
 
     A concrete kernel gets the rule violations of :func:`ucutlass.arch.check_kernel`. A kernel with
@@ -58,17 +110,21 @@ def check(program_or_kernel: Program | GemmKernel, extents: Mapping[str, int] | 
     Args:
         program_or_kernel: a :class:`~ucutlass.ir.Program` (all its kernels) or a single kernel.
         extents: optional problem extents by dim name, for the 16-byte alignment rule.
+        decide: applied to each kernel (each combination) before the rules, as in :func:`legal_combinations`.
 
     Returns:
         The diagnostics; no ``error`` among them means every kernel (or some combination) is legal.
+
+    Raises:
+        CheckError: a kernel's open choices make more than :data:`MAX_COMBINATIONS` combinations.
     """
     kernels = program_or_kernel.kernels if isinstance(program_or_kernel, Program) else (program_or_kernel,)
     out: list[Diagnostic] = []
     for kernel in kernels:
         if kernel.is_concrete():
-            out.extend(sorted(check_kernel(kernel, extents), key=_source_order))
+            out.extend(sorted(check_kernel(decide(kernel) if decide else kernel, extents), key=_source_order))
             continue
-        legal, rejected = legal_combinations(kernel, extents)
+        legal, rejected = legal_combinations(kernel, extents, decide)
         total = len(legal) + len(rejected)
         keys = ", ".join(kernel.choices())
         found: list[Diagnostic] = _dead_options(kernel, legal, rejected)

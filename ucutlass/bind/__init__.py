@@ -24,7 +24,7 @@ from .grouped import bind_grouped
 from .slice import slice_index, slice_problem, slice_view
 
 __all__ = [
-    "BINDERS", "FamilyBinder", "family_of", "bind", "resolve_alignment", "resolve_swap_ab",
+    "BINDERS", "FamilyBinder", "family_of", "bind", "resolve_alignment", "resolve_swap_ab", "resolve_auto",
     "Binding", "Slot", "bind_gemm", "bind_operands", "auto_alignment", "auto_swap_ab", "bind_grouped", "bind_conv",
     "AttentionBinding", "AttentionSlot", "bind_attention", "extents_of", "SM90_SEQ_ALIGNMENT",
     "slice_index", "slice_view", "slice_problem",
@@ -90,3 +90,12 @@ def resolve_swap_ab(kernel: Any, extents: Sequence[Mapping[str, int]]) -> Any:
     candidates (:meth:`ucutlass.search.SearchSpace.concrete`), so that what it builds is what a bound call loads."""
     resolve = BINDERS[family_of(kernel)].resolve_swap_ab
     return kernel if resolve is None else resolve(kernel, extents)
+
+
+def resolve_auto(kernel: Any, extents: Sequence[Mapping[str, int]]) -> Any:
+    """``alignment = auto`` (:func:`resolve_alignment`) then ``swap_ab = auto`` (:func:`resolve_swap_ab`) decided
+    for ``extents`` (one ``{"M", "N", "K"}`` dict per workload, elements), as :func:`bind` decides them for
+    :attr:`Binding.kernel`. The one function that ``ucutlass check --problem`` (per combination of open choices)
+    and the tuner (:meth:`ucutlass.search.SearchSpace.concrete`) apply, so that they accept the same
+    configurations and what they accept is what a bound call loads."""
+    return resolve_swap_ab(resolve_alignment(kernel, extents), extents)

@@ -73,7 +73,7 @@ class Binding:
                 except ValueError as e:
                     why = str(e)
                 if why:
-                    diags.append(Diagnostic(f"{slot.arg} <- {slot.tensor}[{', '.join(slot.slice)}]: {why} (shape "
+                    diags.append(Diagnostic(f"{_bound(slot)}[{', '.join(slot.slice)}]: {why} (shape "
                                             f"{list(shape)}, workload {_label(workload)})", slot.pos,
                                             code="bind-slice"))
                     continue
@@ -81,9 +81,9 @@ class Binding:
             sizes = _fold(shape, slot.dims, slot.layout)
             if sizes is None:
                 diags.append(Diagnostic(
-                    f"{slot.arg} <- {slot.tensor}: shape {list(shape)} cannot be read as "
-                    f"[{', '.join(slot.dims)}] {slot.layout.value} (only row-major operands fold leading "
-                    "dimensions)", slot.pos, code="bind-shape"))
+                    f"{_bound(slot)}: shape {list(shape)} cannot be read as [{', '.join(slot.dims)}] "
+                    f"{slot.layout.value} ({_why_not_folded(shape, slot.dims, slot.layout)})", slot.pos,
+                    code="bind-shape"))
                 continue
             clashes = [f"{dim} = {size}, but {found[dim][1]} gives {dim} = {found[dim][0]}"
                        for dim, size in zip(slot.dims, sizes) if dim in found and found[dim][0] != size]
@@ -94,12 +94,12 @@ class Binding:
                 if other is not None and all(found.get(d, (v,))[0] == v for d, v in zip(swapped, other)):
                     hint = f"; declared as [{', '.join(swapped)}] it would agree"
                 diags.append(Diagnostic(
-                    f"{slot.arg} <- {slot.tensor} has shape {list(shape)}: read as [{', '.join(slot.dims)}] "
+                    f"{_bound(slot)} has shape {list(shape)}: read as [{', '.join(slot.dims)}] "
                     f"{slot.layout.value} that makes {'; '.join(clashes)}{hint} (workload {_label(workload)})",
                     slot.pos, code="bind-extent"))
                 continue  # its extents are suspect: later operands are compared with the others only
             for dim, size in zip(slot.dims, sizes):
-                found.setdefault(dim, (size, f"{slot.arg} <- {slot.tensor}"))
+                found.setdefault(dim, (size, _bound(slot)))
         if diags:
             raise CheckError(diags)
         return {d: v for d, (v, _) in found.items()}
@@ -164,6 +164,21 @@ def _ucut_dtype(torch_name: str) -> str | None:
 
 def _label(workload: Workload | Mapping[str, int]) -> str:
     return workload.label() if isinstance(workload, Workload) else ",".join(f"{k}={v}" for k, v in workload.items())
+
+
+def _bound(slot: Slot) -> str:
+    """``a <- x`` for an input, ``d -> out`` for an output, as the program writes it."""
+    return f"{slot.arg} {'->' if slot.is_output else '<-'} {slot.tensor}"
+
+
+def _why_not_folded(shape: Sequence[int], dims: Sequence[str], layout: Layout) -> str:
+    """Why :func:`_fold` cannot read a tensor of ``shape`` as ``dims``: its rank, or a layout that cannot fold."""
+    if len(shape) < len(dims):
+        return f"the tensor has {len(shape)} dims, fewer than the {len(dims)} declared"
+    if len(dims) != 2:
+        return f"the tensor has {len(shape)} dims and the declaration {len(dims)}; only a 2-D declaration folds " \
+               "leading dims into its first mode"
+    return f"the tensor has {len(shape)} dims; leading dims fold into the first mode only in row layout"
 
 
 def _fold(shape: tuple[int, ...], dims: tuple[str, ...], layout: Layout) -> tuple[int, ...] | None:
@@ -235,6 +250,15 @@ def bind_operands(kernel: GemmKernel, problem: Problem) -> tuple[Binding, list[d
             diags.append(Diagnostic(f"{arg} is {'a scalar' if not dims else 'a tensor'} but {problem.id}."
                                     f"{binding} is {'a scalar' if spec.shape is None else 'a tensor'}", pos,
                                     code="bind-shape"))
+        cols = layout.options if isinstance(layout, Choice) else (layout,)
+        if Layout.col in cols and len(dims) >= 2 and spec.shape is not None:
+            shown = ", ".join(dims)
+            written = "{" + ", ".join(layout.spellings) + "}" if isinstance(layout, Choice) else "col"
+            diags.append(Diagnostic(
+                f"{arg} : [{shown}] {written} {arrow} {binding}: {problem.id}'s tensors are contiguous (row-major, "
+                f"the last dim {dims[-1]} contiguous) but col makes {dims[-2]} contiguous, so every call would be "
+                f"refused (its strides do not match a col-major operand): declare {arg} : [{shown}] row", pos,
+                ("row",), code="bind-layout"))
         slots.append(Slot(arg, binding, tuple(dims), layout, is_output, pos, view))
 
     for op in kernel.operands:

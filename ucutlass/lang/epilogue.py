@@ -11,6 +11,7 @@ from ..errors import did_you_mean
 from ..ir import (Acc, Binary, Cast, Const, DType, EpilogueInput, EpilogueInputKind, EpilogueOutput, Expr, Pos, Ref,
                   Src, Unary)
 from .ast import Assign, BinOp, Call, ChoiceNode, Decl, EpilogueNode, NameNode, Neg, Num
+from .limits import check_expression
 from .settings import batch_ok, dtype_converter
 from .vocabulary import ACTIVATIONS, DTYPES, EPILOGUE_DIMS, FUNCTIONS, REDUCTIONS
 
@@ -62,7 +63,7 @@ class EpilogueLowering:
             if item.name in out_decls:
                 self.output_statement(item, out_decls[item.name], ctx, outputs, out_env)
                 continue
-            expr = self.expr(item.expr, ctx)
+            expr = self.bounded(self.expr(item.expr, ctx), item.name_pos)
             if item.name == "d":
                 final = expr if expr is not None else Acc()
                 continue
@@ -143,6 +144,15 @@ class EpilogueLowering:
         return EpilogueOutput(name, kind, dtype, dims, Const(0.0), None, layout, d.source.text,  # type: ignore
                               d.pos)
 
+    def bounded(self, expr: Expr | None, pos: Pos) -> Expr | None:
+        """``expr`` (intermediates inlined) within :mod:`ucutlass.lang.limits`' depth and size, else None after
+        reporting it at ``pos``: the EVT tree CUTLASS would build from it, and every walk over it, stay bounded."""
+        too_big = check_expression(expr, pos) if expr is not None else None
+        if too_big is None:
+            return expr
+        self.error(too_big.code, too_big.message, too_big.pos)
+        return None
+
     def output_statement(self, item: Assign, out: EpilogueOutput, ctx: "ExprContext",
                          outputs: dict[str, EpilogueOutput], out_env: dict[str, Expr]) -> None:
         """``name = expr`` for a declared output: store (an [M, N] output) or reduce (``sum_n`` / ``max_n`` into
@@ -154,7 +164,7 @@ class EpilogueLowering:
             return
         node = item.expr
         if out.kind is EpilogueInputKind.matrix:
-            value = self.expr(node, ctx)
+            value = self.bounded(self.expr(node, ctx), item.name_pos)
             if value is None:
                 ctx.failed.add(name)
                 return
@@ -180,7 +190,7 @@ class EpilogueLowering:
             self.error("bad-call", f"{node.name} takes one argument, got {len(node.args)}", node.pos)
             ctx.failed.add(name)
             return
-        value = self.expr(node.args[0], ctx)
+        value = self.bounded(self.expr(node.args[0], ctx), item.name_pos)
         if value is None:
             ctx.failed.add(name)
             return

@@ -15,6 +15,7 @@ from ..errors import Diagnostic, UcutSyntaxError, did_you_mean, excerpt
 from ..ir import Pos, Program
 from .ast import (Assign, Atom, BinOp, Call, ChoiceNode, Decl, Dims, EpilogueNode, KernelNode, NameNode, Neg, Num,
                   SettingNode, SliceNode, SourceNode, When)
+from .limits import MAX_FILE_BYTES, check_text, check_tree
 from .lower import lower_program
 from .lowering import Lowering
 from .vocabulary import LAYOUTS
@@ -282,13 +283,22 @@ def parse(text: str, file: str = "<string>") -> Program:
 
     Raises:
         UcutSyntaxError: the text does not parse (one diagnostic, with the line and a caret in ``context``),
-            or does not lower (every problem found: unknown setting, dtype or function, bad dims or value,
-            undefined or unused name, duplicates, missing operands, …).
+            breaks a limit of :mod:`ucutlass.lang.limits` (empty, too large, an expression too deep or too long,
+            a number too long or out of range), or does not lower (every problem found: unknown setting, dtype
+            or function, bad dims or value, undefined or unused name, duplicates, missing operands, …); at most
+            :data:`~ucutlass.errors.MAX_DIAGNOSTICS` are listed.
     """
+    check_text(text, file)
     try:
         tree = parser().parse(text)
     except UnexpectedInput as e:
         raise _syntax_error(e, text, file) from None
+    except RecursionError:  # not expected (LALR builds the tree without recursion): still an error in words
+        raise UcutSyntaxError([Diagnostic("the program nests too deeply to parse", Pos(file, 1, 1),
+                                          code="too-deep")]) from None
+    broken = check_tree(tree, file)
+    if broken:
+        raise UcutSyntaxError(broken, source=text)
     try:
         kernels = ToAst(file).transform(tree)
     except VisitError as e:
@@ -305,6 +315,20 @@ def parse(text: str, file: str = "<string>") -> Program:
 
 
 def parse_file(path: str | Path) -> Program:
-    """Read and :func:`parse` a `.ucut` file; positions name the file as given."""
+    """Read and :func:`parse` a `.ucut` file; positions name the file as given.
+
+    Raises:
+        UcutSyntaxError: as :func:`parse`; a file over :data:`~ucutlass.lang.limits.MAX_FILE_BYTES` is refused
+            having read only that many bytes.
+        OSError, UnicodeDecodeError: the file cannot be read, or is not UTF-8 (the CLI words them).
+    """
     path = Path(path)
-    return parse(path.read_text(encoding="utf-8"), file=str(path))
+    with path.open("rb") as f:  # at most one byte past the limit is read (a pipe or /dev/zero has no size)
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        size = path.stat().st_size
+        held = f"{size} bytes" if size > MAX_FILE_BYTES else f"more than {MAX_FILE_BYTES} bytes"
+        raise UcutSyntaxError([Diagnostic(f"the file holds {held}; a .ucut program may hold at most "
+                                          f"{MAX_FILE_BYTES} ({MAX_FILE_BYTES // 1024} KiB)", Pos(str(path), 1, 1),
+                                          code="too-large")])
+    return parse(data.decode("utf-8"), file=str(path))

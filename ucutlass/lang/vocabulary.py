@@ -94,6 +94,11 @@ ERROR_CODES: dict[str, str] = {
     "undefined-name": "a name that is not acc, c, an input or an earlier intermediate",
     "unknown-function": "a call of something other than the activations",
     "bad-call": "a function called with the wrong arguments",
+    "empty": "a file with no kernel (empty or only comments)",
+    "too-large": "a file over 256 KiB, an expression over 256 terms, or open choices over 4096 combinations",
+    "too-deep": "an expression nested more than 32 deep (in the text or with its intermediates inlined)",
+    "bad-number": "a number over 40 characters, an integer over 2^31 - 1, or a constant not finite in f32",
+    "too-many": "a note: more than 50 problems, the rest not shown",
     "choices": "check's summary of the combinations of open choices",
     "dead-option": "a warning: an option of {…} that no legal combination uses",
 }
