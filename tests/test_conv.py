@@ -124,15 +124,15 @@ STATS = """kernel stats : conv {
 
 
 def test_per_channel_reductions():
-    """[K] outputs are the implicit GEMM's [N] reduced over the output pixels (Sm90RowReduction, one topological
-    visitor); tensors shaped like d other than c and d are refused (CUTLASS's aux TMA takes a GEMM's [M, N])."""
+    """[K] outputs are the implicit GEMM's [N] reduced over the output pixels, in the language and emulation, refused
+    by the rules of both targets; tensors shaped like d other than c and d are refused (CUTLASS's aux TMA takes a GEMM's [M, N])."""
     k = parse(STATS).kernel()
     assert [(o.name, o.dims, o.reduce) for o in k.epilogue_outputs] == [("csum", ("K",), "sum"),
                                                                          ("cmax", ("K",), "max")]
     assert abi_of(k).ptr_names == ("a", "b", "c", "d", "bias", "csum", "cmax")
-    cu = render(k)
-    for part in ("Sm90RowReduction<cutlass::plus", "Sm90RowReduction<UcutMaximum", "Sm90TopologicalVisitor"):
-        assert part in cu, part
+    # refused before nvcc on sm90 too: compiled, they read NaN on the H200 (no epilogue workspace in the conv kernel)
+    (d,) = arch.check_kernel(k)
+    assert d.code == "sm90.conv-epilogue" and "csum, cmax" in d.message
     sm100 = dataclasses.replace(k, target=Target.sm100, schedule=Schedule.auto)
     (d,) = arch.check_kernel(sm100)
     assert d.code == "sm100.conv-epilogue" and "csum, cmax" in d.message
