@@ -1,0 +1,440 @@
+"""Bind a pipeline (``pipeline NAME { … }``) to a problem: shapes and dtypes flow, each kernel call is bound.
+
+Binding walks the steps once per workload on ``meta`` tensors (no data, no memory): problem inputs by name, problem
+axes as integers, torch steps run through the allow-list (:mod:`ucutlass.ir.torch_ops`) so torch itself says
+whether their shapes flow, and a kernel call's outputs get the shape its declared dims give
+(:func:`kernel_output_shapes`: leading dims folded into the first mode come back on the output). Each kernel call
+then becomes a binding of its own: the kernel, its ports bound to its arguments, checked by the family's binder
+(:func:`ucutlass.bind.bind`) against a problem made of its arguments' shapes on every workload (so a kernel in a
+pipeline is checked exactly as a kernel bound to a problem). Every problem found is a positioned diagnostic:
+``use-before-made``, ``bad-step``, ``bad-call``, ``bad-return``, ``undefined-name`` and the binders' ``bind-…``.
+
+:meth:`PipelineBinding.callable` runs the bound pipeline with any kernel loader (the emulators of
+:mod:`ucutlass.emulate`, or compiled kernels from :mod:`ucutlass.runtime`): one destination-passing
+``fn(*inputs, *outputs)`` in the problem's order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from ..errors import CheckError, Diagnostic, did_you_mean
+from ..ir import Pos
+from ..ir.pipeline import Arith, Call, Const, Index, ListOf, Pipeline, Ref, SliceOf, Step, value_text
+from ..ir.torch_ops import CONSTANTS, OPERATORS, TENSOR_METHODS, TORCH_FUNCTIONS, constant, tensor_method, \
+    torch_function
+from ..problem import Axis, Problem, TensorSpec, Workload
+from .ports import Port, dtype_name, kernel_output_shapes, kernel_ports, rebound
+
+@dataclass
+class KernelCall:
+    """One kernel call of a bound pipeline: the kernel as bound to its arguments and the binding that calls it."""
+
+    step: int
+    call: Call
+    kernel: Any  # as written in the file
+    inputs: list[Port]
+    outputs: list[Port]
+    shapes: list[dict[str, Any]] = field(default_factory=list)  # per workload: {port: (shape, dtype name) | None}
+    binding: Any = None
+
+    @property
+    def bound_kernel(self) -> Any:
+        """The kernel to build for this call (``alignment = auto`` decided for its shapes)."""
+        return getattr(self.binding, "kernel", None)
+
+
+class _Flow:
+    """Evaluates a pipeline's values: on meta tensors (binding) or on real ones (a call)."""
+
+    def __init__(self, pb: "PipelineBinding", env: dict[str, Any], run_kernel: Callable[..., Any] | None):
+        self.pb = pb
+        self.env = env
+        self.run_kernel = run_kernel
+        self.step = 0
+
+    def fail(self, code: str, message: str, pos: Pos, valid: Sequence[str] = ()):
+        raise CheckError([Diagnostic(message, pos, tuple(valid), code=code)])
+
+    def value(self, v: Any) -> Any:
+        import torch
+
+        if isinstance(v, Ref):
+            if v.name in self.env:
+                return self.env[v.name]
+            return self._missing(v)
+        if isinstance(v, Const):
+            return constant(v.name) if v.name in CONSTANTS else v.value
+        if isinstance(v, ListOf):
+            return [self.value(x) for x in v.items]
+        if isinstance(v, Arith):
+            rhs = self.value(v.rhs)
+            if v.lhs is None:
+                return -rhs
+            lhs = self.value(v.lhs)
+            if not isinstance(lhs, torch.Tensor) and not isinstance(rhs, torch.Tensor):
+                if v.op == "/" and isinstance(lhs, int) and isinstance(rhs, int) and rhs and lhs % rhs == 0:
+                    return lhs // rhs
+                return {"+": lambda: lhs + rhs, "-": lambda: lhs - rhs, "*": lambda: lhs * rhs,
+                        "/": lambda: lhs / rhs}[v.op]()
+            return self._torch(lambda: torch_function(OPERATORS[v.op].spelling)(lhs, rhs), v.pos,
+                               f"{OPERATORS[v.op].spelling} ({v.op})", [lhs, rhs])
+        if isinstance(v, Index):
+            obj = self.value(v.obj)
+            items = tuple(self._index_item(i) for i in v.items)
+            return self._torch(lambda: obj[items], v.pos, "an index", [obj])
+        if isinstance(v, Call):
+            args = [self.value(a) for a in v.args]
+            kwargs = {k: self.value(a) for k, a in v.kwargs}
+            if v.kind == "kernel":
+                return self._kernel(v, args, kwargs)
+            if v.kind == "torch":
+                return self._torch(lambda: torch_function(v.target)(*args, **kwargs), v.pos, v.target, args)
+            return self._torch(lambda: tensor_method(args[0], v.target)(*args[1:], **kwargs), v.pos,
+                               f".{v.target}()", args)
+        raise TypeError(f"unexpected pipeline value {v!r}")
+
+    def _index_item(self, item: Any) -> Any:
+        if isinstance(item, SliceOf):
+            if item.ellipsis:
+                return Ellipsis
+            return slice(None if item.start is None else self.value(item.start),
+                         None if item.stop is None else self.value(item.stop))
+        return self.value(item)
+
+    def _missing(self, ref: Ref):
+        steps = self.pb.pipeline.steps
+        later = [s for s in steps[self.step:] if ref.name in s.targets]
+        if later:
+            cycle = any(ref.name in s.targets for s in steps[self.step:self.step + 1])
+            self.fail("use-before-made", f"{ref.name} is used before it is made"
+                      + (" (a cycle: this step makes it)" if cycle else f" (the step at line {later[0].pos.line} "
+                                                                        "makes it: move that step up)"), ref.pos)
+        known = sorted(k for k in self.env if not k.startswith("_"))
+        self.fail("undefined-name", f"{ref.name} is neither an input or axis of {self.pb.problem.id} nor made by "
+                  f"an earlier step{did_you_mean(ref.name, known)}", ref.pos, known)
+
+    def _torch(self, fn: Callable[[], Any], pos: Pos, what: str, args: Sequence[Any]) -> Any:
+        try:
+            return fn()
+        except CheckError:
+            raise
+        except Exception as e:  # noqa: BLE001 - torch's reason becomes the diagnostic
+            if self.run_kernel is not None and not self.pb.checking:
+                raise
+            self.fail("bad-step", f"{what} refuses its arguments ({_describe(args)}): "
+                      f"{str(e).splitlines()[0] if str(e) else type(e).__name__}", pos)
+
+    def _kernel(self, call: Call, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        kc = self.pb.calls[id(call)]
+        names = [p.name for p in kc.inputs]
+        if len(args) > len(names):
+            self.fail("bad-call", f"{call.target} takes {len(names)} arguments ({', '.join(names)}), got "
+                      f"{len(args)}", call.pos)
+        given = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                self.fail("bad-call", f"{call.target} has no argument {k}{did_you_mean(k, names)}", call.pos, names)
+            if k in given:
+                self.fail("bad-call", f"{call.target}: argument {k} given twice", call.pos)
+            given[k] = v
+        for port in kc.inputs:
+            if port.name not in given:
+                if port.binding and port.binding in self.env:
+                    given[port.name] = self.env[port.binding]
+                else:
+                    self.fail("bad-call", f"{call.target} needs argument {port.name} (arguments: "
+                              f"{', '.join(names)}; by position, or {port.name}=…)", call.pos, names)
+        values = [given[p.name] for p in kc.inputs]
+        if self.run_kernel is not None:
+            return self.run_kernel(kc, values)
+        return self.pb.flow_kernel(kc, values, self)
+
+    def run_step(self, index: int, step: Step) -> None:
+        self.step = index
+        result = self.value(step.value)
+        if len(step.targets) == 1:
+            self.env[step.targets[0]] = result
+            return
+        if not isinstance(result, (tuple, list)) or len(result) != len(step.targets):
+            got = len(result) if isinstance(result, (tuple, list)) else 1
+            self.fail("bad-call", f"{len(step.targets)} names ({', '.join(step.targets)}) for {got} result"
+                      f"{'s' if got != 1 else ''} of {value_text(step.value)}", step.pos)
+        for name, r in zip(step.targets, result):
+            self.env[name] = r
+
+
+def _describe(args: Sequence[Any]) -> str:
+    import torch
+
+    parts = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            parts.append(f"{str(a.dtype).replace('torch.', '')}{list(a.shape)}")
+        elif isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in a):
+            parts.append("[" + _describe(a) + "]")
+        else:
+            parts.append(repr(a))
+    return ", ".join(parts)
+
+
+class PipelineBinding:
+    """A pipeline bound to a problem: shapes and dtypes flowed on every workload, each kernel call bound.
+
+    Attributes:
+        pipeline: the :class:`ucutlass.ir.Pipeline`; ``program``: its program; ``problem``: the problem.
+        calls: ``{id(call): KernelCall}`` for every kernel call, in step order (:meth:`kernel_calls`).
+    """
+
+    def __init__(self, program: Any, pipeline: Pipeline, problem: Problem):
+        self.program = program
+        self.pipeline = pipeline
+        self.problem = problem
+        self.checking = True
+        self.calls: dict[int, KernelCall] = {}
+        kernels = {k.name: k for k in program.kernels}
+        for i, step in enumerate(pipeline.steps):
+            for c in _calls(step.value):
+                if c.kind == "kernel":
+                    kernel = kernels[c.target]
+                    ins, outs = kernel_ports(kernel)
+                    self.calls[id(c)] = KernelCall(i, c, kernel, ins, outs)
+
+    def kernel_calls(self) -> list[KernelCall]:
+        """The kernel calls in step order."""
+        return list(self.calls.values())
+
+    # --- binding --------------------------------------------------------------------------------------------
+
+    def flow_kernel(self, kc: KernelCall, values: list[Any], flow: _Flow) -> Any:
+        """A kernel call on meta tensors: record its arguments, give meta outputs of the shapes its dims give."""
+        import torch
+
+        shapes: dict[str, Any] = {}
+        for port, v in zip(kc.inputs, values):
+            if isinstance(v, torch.Tensor):
+                shapes[port.name] = (tuple(v.shape), str(v.dtype).replace("torch.", ""))
+            elif isinstance(v, (int, float)) and not port.dims:
+                shapes[port.name] = None
+            else:
+                flow.fail("bad-call", f"argument {port.name} of {kc.call.target} is {_describe([v])}, not a tensor "
+                          "or scalar", kc.call.pos)
+        try:
+            outs = kernel_output_shapes(kc.inputs, kc.outputs, {k: v[0] if v else None for k, v in shapes.items()})
+        except ValueError as e:
+            flow.fail("bad-step", f"{kc.call.target}({_describe(values)}): {e}", kc.call.pos)
+        for port in kc.outputs:
+            shapes[port.name] = (outs[port.name], dtype_name(port.dtype))
+        kc.shapes.append(shapes)
+        made = [torch.empty(outs[p.name], dtype=getattr(torch, dtype_name(p.dtype)), device="meta")
+                for p in kc.outputs]
+        return made[0] if len(made) == 1 else tuple(made)
+
+    def flow(self, workload: Workload) -> dict[str, Any]:
+        """Walk the steps on meta tensors for ``workload``; the returned values by problem output name.
+
+        Raises:
+            CheckError: the first step that does not flow, a name used before it is made, a bad return.
+        """
+        import torch
+
+        axes = self.problem.resolve_axes(workload)
+        inputs = self.problem.make_inputs(workload, device="meta")
+        env: dict[str, Any] = {**axes, **inputs}
+        flow = _Flow(self, env, None)
+        for i, step in enumerate(self.pipeline.steps):
+            flow.run_step(i, step)
+        flow.step = len(self.pipeline.steps)
+        outs = list(self.problem.outputs.values())
+        if len(self.pipeline.returns) != len(outs):
+            flow.fail("bad-return", f"pipeline {self.pipeline.name} returns {len(self.pipeline.returns)} value"
+                      f"{'s' if len(self.pipeline.returns) != 1 else ''}; {self.problem.id} has {len(outs)} outputs, "
+                      f"in order: {', '.join(o.name for o in outs)}", self.pipeline.return_pos,
+                      [o.name for o in outs])
+        result = {}
+        for spec, v in zip(outs, self.pipeline.returns):
+            value = flow.value(v)
+            want = self.problem.shape(spec, axes)
+            pos = getattr(v, "pos", self.pipeline.return_pos)
+            if not isinstance(value, torch.Tensor):
+                flow.fail("bad-return", f"{spec.name} is a tensor; {value_text(v)} is {_describe([value])}", pos)
+            if tuple(value.shape) != tuple(want or ()):
+                flow.fail("bad-return", f"{value_text(v)} has shape {list(value.shape)}, but {self.problem.id}."
+                          f"{spec.name} is {list(want or ())} (workload {workload.label()})", pos)
+            if str(value.dtype).replace("torch.", "") != spec.dtype:
+                flow.fail("bad-return", f"{value_text(v)} is {str(value.dtype).replace('torch.', '')}, but "
+                          f"{self.problem.id}.{spec.name} is {spec.dtype} (convert: .to(torch.{spec.dtype}))", pos)
+            result[spec.name] = value
+        return result
+
+    def bind_calls(self, bind: Callable[[Any, Problem], Any]) -> None:
+        """Bind each kernel call to the problem of its arguments (every workload's shapes) with ``bind`` (the
+        family's binder: :func:`ucutlass.bind.bind`).
+
+        Raises:
+            CheckError: a binder's diagnostics, at the call, naming the kernel's declaration.
+        """
+        for kc in self.kernel_calls():
+            sub = _call_problem(self.problem, kc)
+            try:
+                kc.binding = bind(rebound(kc.kernel), sub)
+            except CheckError as e:
+                raise CheckError([Diagnostic(f"{kc.call.target}({_arg_text(kc)}): {d.message} (line {d.pos.line}"
+                                             f" of kernel {kc.kernel.name})", kc.call.pos, d.valid, code=d.code)
+                                  for d in e.diagnostics]) from None
+
+    # --- running --------------------------------------------------------------------------------------------
+
+    def callable(self, load: Callable[[Any], Any]) -> Callable[..., None]:
+        """The pipeline as one destination-passing ``fn(*inputs, *outputs)`` in the problem's order.
+
+        Args:
+            load: ``load(kernel) -> loaded`` for each bound kernel (:attr:`KernelCall.bound_kernel`): an emulator
+                (:func:`ucutlass.emulate.emulate_kernel`) or a compiled kernel; anything
+                :meth:`ucutlass.bind.Binding.callable` takes.
+
+        Returns:
+            ``fn``; its intermediates (kernel outputs) are allocated once per tuple of argument shapes and reused.
+        """
+        import torch
+
+        self.checking = False
+        names_in = list(self.problem.inputs)
+        names_out = list(self.problem.outputs)
+        runs = {id(kc): kc.binding.callable(load(kc.bound_kernel)) for kc in self.kernel_calls()}
+        buffers: dict[tuple, list[Any]] = {}
+
+        def run_kernel(kc: KernelCall, values: list[Any]) -> Any:
+            args = [v.contiguous() if isinstance(v, torch.Tensor) and not v.is_contiguous() else v for v in values]
+            key = (id(kc), tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else None for a in args),
+                   next(a.device for a in args if isinstance(a, torch.Tensor)))
+            outs = buffers.get(key)
+            if outs is None:
+                shapes = {p.name: (tuple(a.shape) if isinstance(a, torch.Tensor) else None)
+                          for p, a in zip(kc.inputs, args)}
+                sizes = kernel_output_shapes(kc.inputs, kc.outputs, shapes)
+                outs = [torch.empty(sizes[p.name], dtype=getattr(torch, dtype_name(p.dtype)), device=key[2])
+                        for p in kc.outputs]
+                buffers[key] = outs
+            runs[id(kc)](*args, *outs)
+            return outs[0] if len(outs) == 1 else tuple(outs)
+
+        def fn(*args: Any) -> None:
+            if len(args) != len(names_in) + len(names_out):
+                raise TypeError(f"expected {len(names_in) + len(names_out)} arguments "
+                                f"({', '.join(names_in + names_out)}), got {len(args)}")
+            env = dict(self._axes_of(args[:len(names_in)]))
+            env.update(zip(names_in, args[:len(names_in)]))
+            flow = _Flow(self, env, run_kernel)
+            for i, step in enumerate(self.pipeline.steps):
+                flow.run_step(i, step)
+            for out, v in zip(args[len(names_in):], self.pipeline.returns):
+                out.copy_(flow.value(v))
+
+        fn.pipeline = self  # type: ignore[attr-defined]
+        return fn
+
+    def _axes_of(self, inputs: Sequence[Any]) -> dict[str, int]:
+        """The problem's axes read from a call's input shapes (const and var axes; expr axes evaluated)."""
+        import torch
+
+        given: dict[str, int] = {}
+        for spec, value in zip(self.problem.inputs.values(), inputs):
+            if spec.shape is None or not isinstance(value, torch.Tensor):
+                continue
+            for dim, size in zip(spec.shape, value.shape):
+                if not str(dim).isdigit():
+                    given.setdefault(str(dim), int(size))
+        try:
+            return self.problem.resolve_axes(given)
+        except Exception:  # noqa: BLE001 - an axis only an output has: what the inputs give is all there is
+            return given
+
+    def describe(self) -> list[str]:
+        """One line per step: what runs (kernel, torch step, view) and, for a kernel, its bound configuration."""
+        lines = []
+        for i, step in enumerate(self.pipeline.steps):
+            kinds = []
+            for c in _calls(step.value):
+                if c.kind == "kernel":
+                    kc = self.calls[id(c)]
+                    kernel = kc.bound_kernel or kc.kernel
+                    kinds.append(f"kernel {c.target} ({kernel.family}: {kernel.config_name()})")
+                else:
+                    op = TORCH_FUNCTIONS.get(c.target) if c.kind == "torch" else TENSOR_METHODS.get(c.target)
+                    spelled = c.target if c.kind == "torch" else f".{c.target}()"
+                    kinds.append(f"{'view' if op and op.kind == 'view' else 'torch step'} {spelled}")
+            if not kinds:
+                kinds.append("torch step (arithmetic)" if isinstance(step.value, Arith) else "view")
+            lines.append(f"  {i + 1}. {', '.join(step.targets)} = {value_text(step.value)}    [{'; '.join(kinds)}]")
+        lines.append(f"  return {', '.join(value_text(v) for v in self.pipeline.returns)}")
+        return lines
+
+
+def _calls(value: Any) -> list[Call]:
+    from ..ir.pipeline import calls_in
+
+    return calls_in(value)
+
+
+def _arg_text(kc: KernelCall) -> str:
+    return ", ".join(value_text(a) for a in kc.call.args)
+
+
+def _call_problem(problem: Problem, kc: KernelCall) -> Problem:
+    """The problem of one kernel call: its ports as tensors (shapes over one axis per dim), on every workload."""
+    axes: dict[str, Axis] = {}
+    inputs: dict[str, TensorSpec] = {}
+    outputs: dict[str, TensorSpec] = {}
+    first = kc.shapes[0]
+    for port in (*kc.inputs, *kc.outputs):
+        entry = first[port.name]
+        shape = None
+        if entry is not None:
+            shape = tuple(f"{port.name}__{j}" for j in range(len(entry[0])))
+            for a in shape:
+                axes[a] = Axis(a, "var")
+        dtype = entry[1] if entry is not None else ("float32" if not port.is_output else dtype_name(port.dtype))
+        (outputs if port.is_output else inputs)[port.name] = TensorSpec(port.name, shape, dtype)
+    base_axes = {n: Axis(n, "var") for n in problem.axes}
+    workloads = []
+    for w, shapes in zip(problem.workloads, kc.shapes):
+        values = dict(problem.resolve_axes(w))
+        for name, entry in shapes.items():
+            if entry is not None:
+                values.update({f"{name}__{j}": s for j, s in enumerate(entry[0])})
+        workloads.append(Workload(w.uuid, w.index, values, {}, w.tolerance))
+    return dataclasses.replace(problem, id=f"{problem.id}:{kc.call.target}", axes={**base_axes, **axes},
+                               inputs=inputs, outputs=outputs, workloads=tuple(workloads), custom_inputs_entrypoint=None)
+
+
+def bind_pipeline(program: Any, problem: Problem, name: str | None,
+                  bind: Callable[[Any, Problem], Any]) -> PipelineBinding:
+    """Bind ``program``'s pipeline (``name``, or its only one) to ``problem``: shapes and dtypes flow on every
+    workload (meta tensors) and every kernel call is bound by its family's binder.
+
+    Args:
+        program: a :class:`ucutlass.ir.Program` with a pipeline; its kernels' open choices may still be open
+            (binding checks what flows; building needs them picked).
+        problem: the :class:`ucutlass.problem.Problem`.
+        name: the pipeline's name, or None for the program's only one.
+        bind: the binder of one kernel (:func:`ucutlass.bind.bind`, which goes through the family table).
+
+    Returns:
+        The :class:`PipelineBinding` (``callable(load)`` runs it).
+
+    Raises:
+        CheckError: positioned diagnostics (``use-before-made``, ``undefined-name``, ``bad-step``, ``bad-call``,
+            ``bad-return``, ``bind-…``).
+        KeyError: no such pipeline.
+    """
+    pipeline = program.pipeline(name)
+    if pipeline is None:
+        raise KeyError(f"{program.file} has no pipeline")
+    pb = PipelineBinding(program, pipeline, problem)
+    for w in problem.workloads:
+        pb.flow(w)
+    pb.bind_calls(bind)
+    return pb
