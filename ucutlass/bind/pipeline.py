@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import CheckError, Diagnostic, did_you_mean
 from ..ir import Pos
-from ..ir.pipeline import Arith, Call, Const, Index, ListOf, Pipeline, Ref, SliceOf, Step, value_text
+from ..ir.pipeline import Arith, Call, Const, Index, ListOf, Pipeline, Ref, SliceOf, Step, names_in, value_text
 from ..ir.torch_ops import CONSTANTS, OPERATORS, TENSOR_METHODS, TORCH_FUNCTIONS, constant, tensor_method, \
     torch_function
 from ..problem import Axis, Problem, TensorSpec, Workload
@@ -108,10 +108,16 @@ class _Flow:
         steps = self.pb.pipeline.steps
         later = [s for s in steps[self.step:] if ref.name in s.targets]
         if later:
-            cycle = any(ref.name in s.targets for s in steps[self.step:self.step + 1])
-            self.fail("use-before-made", f"{ref.name} is used before it is made"
-                      + (" (a cycle: this step makes it)" if cycle else f" (the step at line {later[0].pos.line} "
-                                                                        "makes it: move that step up)"), ref.pos)
+            here = steps[self.step]
+            maker = later[0]
+            if maker is here:
+                why = " (a cycle: this step makes it)"
+            elif names_in(maker.value) & set(here.targets):
+                why = (f" (a cycle: the step at line {maker.pos.line} makes it from "
+                       f"{', '.join(sorted(names_in(maker.value) & set(here.targets)))}, which this step makes)")
+            else:
+                why = f" (the step at line {maker.pos.line} makes it: move that step up)"
+            self.fail("use-before-made", f"{ref.name} is used before it is made{why}", ref.pos)
         known = sorted(k for k in self.env if not k.startswith("_"))
         self.fail("undefined-name", f"{ref.name} is neither an input or axis of {self.pb.problem.id} nor made by "
                   f"an earlier step{did_you_mean(ref.name, known)}", ref.pos, known)
@@ -334,6 +340,7 @@ class PipelineBinding:
                 out.copy_(flow.value(v))
 
         fn.pipeline = self  # type: ignore[attr-defined]
+        fn.buffers = buffers  # type: ignore[attr-defined]  # {(call, argument shapes, device): outputs}
         return fn
 
     def _axes_of(self, inputs: Sequence[Any]) -> dict[str, int]:

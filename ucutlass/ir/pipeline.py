@@ -150,6 +150,23 @@ def calls_in(value: Any) -> list[Call]:
     return found
 
 
+def names_in(value: Any) -> set[str]:
+    """Every name a value tree reads (:class:`Ref`)."""
+    if isinstance(value, Ref):
+        return {value.name}
+    if isinstance(value, Call):
+        return set().union(*(names_in(a) for a in value.args), *(names_in(a) for _, a in value.kwargs))
+    if isinstance(value, Arith):
+        return names_in(value.lhs) | names_in(value.rhs)
+    if isinstance(value, ListOf):
+        return set().union(*(names_in(a) for a in value.items))
+    if isinstance(value, Index):
+        return names_in(value.obj).union(*(names_in(a) for a in value.items))
+    if isinstance(value, SliceOf):
+        return names_in(value.start) | names_in(value.stop)
+    return set()
+
+
 def value_text(value: Any) -> str:
     """A value tree back as `.ucut` text (for reports)."""
     if isinstance(value, Ref):

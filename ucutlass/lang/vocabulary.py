@@ -37,7 +37,7 @@ REDUCTIONS: dict[str, tuple[str, str]] = {"sum_n": ("sum", "M"), "max_n": ("max"
 #: Every function an epilogue expression may call: the activations, ``cast(x, DTYPE)`` and the reductions.
 FUNCTIONS = ACTIVATIONS + ("cast",) + tuple(REDUCTIONS)
 #: Words with a fixed meaning: block keywords, layouts, ``auto``, and the epilogue's ``acc`` and ``c``.
-KEYWORDS = ("kernel", "when", "epilogue", "row", "col", "auto", "acc", "c")
+KEYWORDS = ("kernel", "when", "epilogue", "pipeline", "return", "row", "col", "auto", "acc", "c")
 
 #: GEMM operands and the dim names each must be declared over (in either order).
 OPERAND_DIMS: dict[str, tuple[str, str]] = {"a": ("M", "K"), "b": ("N", "K"), "c": ("M", "N"), "d": ("M", "N")}
