@@ -115,6 +115,44 @@ def test_emulated_pipeline_matches_torch_and_reuses_intermediates():
     assert torch.allclose(outs[0].float(), q, rtol=2e-2, atol=2e-2)
 
 
+def test_kernels_write_straight_into_the_problem_outputs():
+    """A returned kernel output (or a view of it) is the problem's output: no copy; a transposed one is copied."""
+    qkv = bind_pipeline(parse_file(CPU_PIPELINES[0][0]), _problem(CPU_PIPELINES[0][1]))
+    assert sorted(qkv.destinations().values()) == [0, 1, 2]
+    score = bind_pipeline(parse_file(CPU_PIPELINES[1][0]), _problem(CPU_PIPELINES[1][1]))
+    assert score.destinations() == {}
+
+
+def test_the_compiled_path_loads_each_bound_kernel_by_digest(monkeypatch):
+    """runtime.load_solution on a pipeline payload (solution.pipeline_solution): each bound kernel's .so found by
+    its build digest. The launcher is replaced by the emulator here (no GPU): the plumbing is what is tested."""
+    import ucutlass.runtime as runtime
+    from ucutlass.emulate import emulate_kernel
+    from ucutlass.errors import KernelRuntimeError
+    from ucutlass.solution import pipeline_solution
+
+    path, pid = CPU_PIPELINES[2]
+    problem = _problem(pid)
+    program = parse_file(path)
+    digests = {kc.bound_kernel.build_digest() for kc in bind_pipeline(program, problem).kernel_calls()}
+    assert len(digests) == 1  # two calls of kv_proj, one build
+    loaded = []
+    monkeypatch.setattr(runtime, "load_kernel", lambda so, kernel: loaded.append(so) or emulate_kernel(kernel))
+    sol = pipeline_solution({d: f"/nowhere/{d[:8]}.so" for d in digests}, program.source, str(path), "p")
+    assert sol.loader == "ucutlass.runtime:load_solution" and sol.payload["pipeline"] is None
+    fn = runtime.load_solution(sol.payload, problem)
+    assert len(loaded) == 1
+    w = _smallest(problem)
+    inputs = problem.make_inputs(w, seed=1)
+    got = [torch.empty(s, dtype=torch.float16) for s in problem.output_shapes(w).values()]
+    fn(*inputs.values(), *got)
+    want = [torch.empty_like(t) for t in got]
+    emulate_pipeline(program, problem)(*inputs.values(), *want)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    with pytest.raises(KernelRuntimeError, match="no .so for kernel kv_proj"):
+        runtime.load_solution({**sol.payload, "so_paths": {}}, problem)
+
+
 def test_kernel_output_shapes_unfold_leading_dims():
     a = Port("a", ("M", "K"), Layout.row, None, False, None, None)
     b = Port("b", ("N", "K"), Layout.row, None, False, None, None)

@@ -311,6 +311,8 @@ class PipelineBinding:
         names_out = list(self.problem.outputs)
         runs = {id(kc): kc.binding.callable(load(kc.bound_kernel)) for kc in self.kernel_calls()}
         buffers: dict[tuple, list[Any]] = {}
+        destinations = self.destinations()
+        call_outputs: list[Any] = []  # the problem outputs of the call in progress
 
         def run_kernel(kc: KernelCall, values: list[Any]) -> Any:
             args = [v.contiguous() if isinstance(v, torch.Tensor) and not v.is_contiguous() else v for v in values]
@@ -324,6 +326,11 @@ class PipelineBinding:
                 outs = [torch.empty(sizes[p.name], dtype=getattr(torch, dtype_name(p.dtype)), device=key[2])
                         for p in kc.outputs]
                 buffers[key] = outs
+            if id(kc) in destinations:  # written straight into the problem's output where it is that output
+                dest = call_outputs[destinations[id(kc)]]
+                if dest.is_contiguous() and dest.numel() == outs[0].numel() and dest.dtype == outs[0].dtype \
+                        and dest.device == outs[0].device:
+                    outs = [dest.view(outs[0].shape)]
             runs[id(kc)](*args, *outs)
             return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -333,15 +340,43 @@ class PipelineBinding:
                                 f"({', '.join(names_in + names_out)}), got {len(args)}")
             env = dict(self._axes_of(args[:len(names_in)]))
             env.update(zip(names_in, args[:len(names_in)]))
+            call_outputs[:] = args[len(names_in):]
             flow = _Flow(self, env, run_kernel)
             for i, step in enumerate(self.pipeline.steps):
                 flow.run_step(i, step)
             for out, v in zip(args[len(names_in):], self.pipeline.returns):
-                out.copy_(flow.value(v))
+                value = flow.value(v)
+                if not (value.data_ptr() == out.data_ptr() and value.shape == out.shape
+                        and value.stride() == out.stride()):
+                    out.copy_(value)
 
         fn.pipeline = self  # type: ignore[attr-defined]
         fn.buffers = buffers  # type: ignore[attr-defined]  # {(call, argument shapes, device): outputs}
         return fn
+
+    def destinations(self) -> dict[int, int]:
+        """``{id(kernel call): output index}`` for each returned value that is a kernel call's only output, or a
+        ``.view``/``.reshape`` of it: that kernel writes into the problem's output (no copy), when the output is
+        contiguous. A name made again by a later step, or returned twice, keeps the copy."""
+        makers: dict[str, list[Step]] = {}
+        for step in self.pipeline.steps:
+            for t in step.targets:
+                makers.setdefault(t, []).append(step)
+        found: dict[int, int] = {}
+        for index, v in enumerate(self.pipeline.returns):
+            while isinstance(v, Call) and v.kind == "method" and v.target in ("view", "reshape"):
+                v = v.args[0]
+            if not isinstance(v, Ref) or len(makers.get(v.name, ())) != 1:
+                continue
+            step = makers[v.name][0]
+            call = step.value
+            if len(step.targets) == 1 and isinstance(call, Call) and call.kind == "kernel" \
+                    and len(self.calls[id(call)].outputs) == 1:
+                if id(call) in found:
+                    del found[id(call)]
+                else:
+                    found[id(call)] = index
+        return found
 
     def _axes_of(self, inputs: Sequence[Any]) -> dict[str, int]:
         """The problem's axes read from a call's input shapes (const and var axes; expr axes evaluated)."""
