@@ -17,6 +17,7 @@ pipeline is checked exactly as a kernel bound to a problem). Every problem found
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -27,6 +28,9 @@ from ..ir.torch_ops import CONSTANTS, OPERATORS, TENSOR_METHODS, TORCH_FUNCTIONS
     torch_function
 from ..problem import Axis, Problem, TensorSpec, Workload
 from .ports import Port, dtype_name, kernel_output_shapes, kernel_ports, rebound
+
+#: ``+ - * /`` on tensors and numbers in any order (Python's operators: torch.add etc. on tensors, :data:`OPERATORS`).
+ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 
 @dataclass
 class KernelCall:
@@ -79,8 +83,8 @@ class _Flow:
                     return lhs // rhs
                 return {"+": lambda: lhs + rhs, "-": lambda: lhs - rhs, "*": lambda: lhs * rhs,
                         "/": lambda: lhs / rhs}[v.op]()
-            return self._torch(lambda: torch_function(OPERATORS[v.op].spelling)(lhs, rhs), v.pos,
-                               f"{OPERATORS[v.op].spelling} ({v.op})", [lhs, rhs])
+            return self._torch(lambda: ARITHMETIC[v.op](lhs, rhs), v.pos, f"{OPERATORS[v.op].spelling} ({v.op})",
+                               [lhs, rhs])
         if isinstance(v, Index):
             obj = self.value(v.obj)
             items = tuple(self._index_item(i) for i in v.items)
