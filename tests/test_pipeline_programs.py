@@ -261,6 +261,7 @@ def test_a_shape_that_does_not_flow():
 def test_a_kernel_argument_of_the_wrong_shape():
     d, text = _bind_error(["q = proj(hidden_states, q_weight, k_bias)", *GOOD[1:]])
     assert d.code.startswith("bind-") and "proj(hidden_states, q_weight, k_bias)" in d.message
+    assert "bias (k_bias) has shape [256]" in d.message and "__" not in d.message
     assert (d.pos.line, d.pos.column) == (_line_of(text, "q = proj"), 7)
 
 

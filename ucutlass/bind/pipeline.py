@@ -17,20 +17,18 @@ pipeline is checked exactly as a kernel bound to a problem). Every problem found
 from __future__ import annotations
 
 import dataclasses
-import operator
+import math
+import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
-from ..errors import CheckError, Diagnostic, did_you_mean
-from ..ir import Pos
-from ..ir.pipeline import Arith, Call, Const, Index, ListOf, Pipeline, Ref, SliceOf, Step, names_in, value_text
-from ..ir.torch_ops import CONSTANTS, OPERATORS, TENSOR_METHODS, TORCH_FUNCTIONS, constant, tensor_method, \
-    torch_function
+from ..errors import CheckError, Diagnostic
+from ..ir.pipeline import Arith, Call, Pipeline, Ref, Step, calls_in, value_text
+from ..ir.torch_ops import TENSOR_METHODS, TORCH_FUNCTIONS
 from ..problem import Axis, Problem, TensorSpec, Workload
+from .flow import Flow, describe_args
 from .ports import Port, dtype_name, kernel_output_shapes, kernel_ports, rebound
 
-#: ``+ - * /`` on tensors and numbers in any order (Python's operators: torch.add etc. on tensors, :data:`OPERATORS`).
-ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 
 @dataclass
 class KernelCall:
@@ -48,146 +46,6 @@ class KernelCall:
     def bound_kernel(self) -> Any:
         """The kernel to build for this call (``alignment = auto`` decided for its shapes)."""
         return getattr(self.binding, "kernel", None)
-
-
-class _Flow:
-    """Evaluates a pipeline's values: on meta tensors (binding) or on real ones (a call)."""
-
-    def __init__(self, pb: "PipelineBinding", env: dict[str, Any], run_kernel: Callable[..., Any] | None):
-        self.pb = pb
-        self.env = env
-        self.run_kernel = run_kernel
-        self.step = 0
-
-    def fail(self, code: str, message: str, pos: Pos, valid: Sequence[str] = ()):
-        raise CheckError([Diagnostic(message, pos, tuple(valid), code=code)])
-
-    def value(self, v: Any) -> Any:
-        import torch
-
-        if isinstance(v, Ref):
-            if v.name in self.env:
-                return self.env[v.name]
-            return self._missing(v)
-        if isinstance(v, Const):
-            return constant(v.name) if v.name in CONSTANTS else v.value
-        if isinstance(v, ListOf):
-            return [self.value(x) for x in v.items]
-        if isinstance(v, Arith):
-            rhs = self.value(v.rhs)
-            if v.lhs is None:
-                return -rhs
-            lhs = self.value(v.lhs)
-            if not isinstance(lhs, torch.Tensor) and not isinstance(rhs, torch.Tensor):
-                if v.op == "/" and isinstance(lhs, int) and isinstance(rhs, int) and rhs and lhs % rhs == 0:
-                    return lhs // rhs
-                return {"+": lambda: lhs + rhs, "-": lambda: lhs - rhs, "*": lambda: lhs * rhs,
-                        "/": lambda: lhs / rhs}[v.op]()
-            return self._torch(lambda: ARITHMETIC[v.op](lhs, rhs), v.pos, f"{OPERATORS[v.op].spelling} ({v.op})",
-                               [lhs, rhs])
-        if isinstance(v, Index):
-            obj = self.value(v.obj)
-            items = tuple(self._index_item(i) for i in v.items)
-            return self._torch(lambda: obj[items], v.pos, "an index", [obj])
-        if isinstance(v, Call):
-            args = [self.value(a) for a in v.args]
-            kwargs = {k: self.value(a) for k, a in v.kwargs}
-            if v.kind == "kernel":
-                return self._kernel(v, args, kwargs)
-            if v.kind == "torch":
-                return self._torch(lambda: torch_function(v.target)(*args, **kwargs), v.pos, v.target, args)
-            return self._torch(lambda: tensor_method(args[0], v.target)(*args[1:], **kwargs), v.pos,
-                               f".{v.target}()", args)
-        raise TypeError(f"unexpected pipeline value {v!r}")
-
-    def _index_item(self, item: Any) -> Any:
-        if isinstance(item, SliceOf):
-            if item.ellipsis:
-                return Ellipsis
-            return slice(None if item.start is None else self.value(item.start),
-                         None if item.stop is None else self.value(item.stop))
-        return self.value(item)
-
-    def _missing(self, ref: Ref):
-        steps = self.pb.pipeline.steps
-        later = [s for s in steps[self.step:] if ref.name in s.targets]
-        if later:
-            here = steps[self.step]
-            maker = later[0]
-            if maker is here:
-                why = " (a cycle: this step makes it)"
-            elif names_in(maker.value) & set(here.targets):
-                why = (f" (a cycle: the step at line {maker.pos.line} makes it from "
-                       f"{', '.join(sorted(names_in(maker.value) & set(here.targets)))}, which this step makes)")
-            else:
-                why = f" (the step at line {maker.pos.line} makes it: move that step up)"
-            self.fail("use-before-made", f"{ref.name} is used before it is made{why}", ref.pos)
-        known = sorted(k for k in self.env if not k.startswith("_"))
-        self.fail("undefined-name", f"{ref.name} is neither an input or axis of {self.pb.problem.id} nor made by "
-                  f"an earlier step{did_you_mean(ref.name, known)}", ref.pos, known)
-
-    def _torch(self, fn: Callable[[], Any], pos: Pos, what: str, args: Sequence[Any]) -> Any:
-        try:
-            return fn()
-        except CheckError:
-            raise
-        except Exception as e:  # noqa: BLE001 - torch's reason becomes the diagnostic
-            if self.run_kernel is not None and not self.pb.checking:
-                raise
-            self.fail("bad-step", f"{what} refuses its arguments ({_describe(args)}): "
-                      f"{str(e).splitlines()[0] if str(e) else type(e).__name__}", pos)
-
-    def _kernel(self, call: Call, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        kc = self.pb.calls[id(call)]
-        names = [p.name for p in kc.inputs]
-        if len(args) > len(names):
-            self.fail("bad-call", f"{call.target} takes {len(names)} arguments ({', '.join(names)}), got "
-                      f"{len(args)}", call.pos)
-        given = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
-                self.fail("bad-call", f"{call.target} has no argument {k}{did_you_mean(k, names)}", call.pos, names)
-            if k in given:
-                self.fail("bad-call", f"{call.target}: argument {k} given twice", call.pos)
-            given[k] = v
-        for port in kc.inputs:
-            if port.name not in given:
-                if port.binding and port.binding in self.env:
-                    given[port.name] = self.env[port.binding]
-                else:
-                    self.fail("bad-call", f"{call.target} needs argument {port.name} (arguments: "
-                              f"{', '.join(names)}; by position, or {port.name}=…)", call.pos, names)
-        values = [given[p.name] for p in kc.inputs]
-        if self.run_kernel is not None:
-            return self.run_kernel(kc, values)
-        return self.pb.flow_kernel(kc, values, self)
-
-    def run_step(self, index: int, step: Step) -> None:
-        self.step = index
-        result = self.value(step.value)
-        if len(step.targets) == 1:
-            self.env[step.targets[0]] = result
-            return
-        if not isinstance(result, (tuple, list)) or len(result) != len(step.targets):
-            got = len(result) if isinstance(result, (tuple, list)) else 1
-            self.fail("bad-call", f"{len(step.targets)} names ({', '.join(step.targets)}) for {got} result"
-                      f"{'s' if got != 1 else ''} of {value_text(step.value)}", step.pos)
-        for name, r in zip(step.targets, result):
-            self.env[name] = r
-
-
-def _describe(args: Sequence[Any]) -> str:
-    import torch
-
-    parts = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            parts.append(f"{str(a.dtype).replace('torch.', '')}{list(a.shape)}")
-        elif isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in a):
-            parts.append("[" + _describe(a) + "]")
-        else:
-            parts.append(repr(a))
-    return ", ".join(parts)
 
 
 class PipelineBinding:
@@ -218,7 +76,7 @@ class PipelineBinding:
 
     # --- binding --------------------------------------------------------------------------------------------
 
-    def flow_kernel(self, kc: KernelCall, values: list[Any], flow: _Flow) -> Any:
+    def flow_kernel(self, kc: KernelCall, values: list[Any], flow: Flow) -> Any:
         """A kernel call on meta tensors: record its arguments, give meta outputs of the shapes its dims give."""
         import torch
 
@@ -229,12 +87,12 @@ class PipelineBinding:
             elif isinstance(v, (int, float)) and not port.dims:
                 shapes[port.name] = None
             else:
-                flow.fail("bad-call", f"argument {port.name} of {kc.call.target} is {_describe([v])}, not a tensor "
+                flow.fail("bad-call", f"argument {port.name} of {kc.call.target} is {describe_args([v])}, not a tensor "
                           "or scalar", kc.call.pos)
         try:
             outs = kernel_output_shapes(kc.inputs, kc.outputs, {k: v[0] if v else None for k, v in shapes.items()})
         except ValueError as e:
-            flow.fail("bad-step", f"{kc.call.target}({_describe(values)}): {e}", kc.call.pos)
+            flow.fail("bad-step", f"{kc.call.target}({describe_args(values)}): {e}", kc.call.pos)
         for port in kc.outputs:
             shapes[port.name] = (outs[port.name], dtype_name(port.dtype))
         kc.shapes.append(shapes)
@@ -242,18 +100,22 @@ class PipelineBinding:
                 for p in kc.outputs]
         return made[0] if len(made) == 1 else tuple(made)
 
-    def flow(self, workload: Workload) -> dict[str, Any]:
-        """Walk the steps on meta tensors for ``workload``; the returned values by problem output name.
+    def flow(self, workload: Workload) -> list[Diagnostic]:
+        """Walk the steps on meta tensors for ``workload``, recording each kernel call's arguments.
+
+        Returns:
+            The returned values that are not the problem's outputs (shape, dtype): ``bad-return`` diagnostics.
 
         Raises:
-            CheckError: the first step that does not flow, a name used before it is made, a bad return.
+            CheckError: the first step that does not flow, a name used before it is made, a return of the wrong
+                number of values.
         """
         import torch
 
         axes = self.problem.resolve_axes(workload)
         inputs = self.problem.make_inputs(workload, device="meta")
         env: dict[str, Any] = {**axes, **inputs}
-        flow = _Flow(self, env, None)
+        flow = Flow(self, env, None)
         for i, step in enumerate(self.pipeline.steps):
             flow.run_step(i, step)
         flow.step = len(self.pipeline.steps)
@@ -263,21 +125,26 @@ class PipelineBinding:
                       f"{'s' if len(self.pipeline.returns) != 1 else ''}; {self.problem.id} has {len(outs)} outputs, "
                       f"in order: {', '.join(o.name for o in outs)}", self.pipeline.return_pos,
                       [o.name for o in outs])
-        result = {}
+        diags = []
         for spec, v in zip(outs, self.pipeline.returns):
             value = flow.value(v)
-            want = self.problem.shape(spec, axes)
+            want = tuple(self.problem.shape(spec, axes) or ())
             pos = getattr(v, "pos", self.pipeline.return_pos)
             if not isinstance(value, torch.Tensor):
-                flow.fail("bad-return", f"{spec.name} is a tensor; {value_text(v)} is {_describe([value])}", pos)
-            if tuple(value.shape) != tuple(want or ()):
-                flow.fail("bad-return", f"{value_text(v)} has shape {list(value.shape)}, but {self.problem.id}."
-                          f"{spec.name} is {list(want or ())} (workload {workload.label()})", pos)
+                diags.append(Diagnostic(f"{spec.name} is a tensor; {value_text(v)} is {describe_args([value])}", pos,
+                                        code="bad-return"))
+                continue
+            if tuple(value.shape) != want:
+                hint = " (a view gives it: .view(…) with the problem's axes)" \
+                    if value.numel() == math.prod(want) else ""
+                diags.append(Diagnostic(f"{value_text(v)} has shape {list(value.shape)}, but {self.problem.id}."
+                                        f"{spec.name} is {list(want)} (workload {workload.label()}){hint}", pos,
+                                        code="bad-return"))
             if str(value.dtype).replace("torch.", "") != spec.dtype:
-                flow.fail("bad-return", f"{value_text(v)} is {str(value.dtype).replace('torch.', '')}, but "
-                          f"{self.problem.id}.{spec.name} is {spec.dtype} (convert: .to(torch.{spec.dtype}))", pos)
-            result[spec.name] = value
-        return result
+                diags.append(Diagnostic(f"{value_text(v)} is {str(value.dtype).replace('torch.', '')}, but "
+                                        f"{self.problem.id}.{spec.name} is {spec.dtype} (convert: "
+                                        f".to(torch.{spec.dtype}))", pos, code="bad-return"))
+        return diags
 
     def bind_calls(self, bind: Callable[[Any, Problem], Any]) -> None:
         """Bind each kernel call to the problem of its arguments (every workload's shapes) with ``bind`` (the
@@ -291,8 +158,9 @@ class PipelineBinding:
             try:
                 kc.binding = bind(rebound(kc.kernel), sub)
             except CheckError as e:
-                raise CheckError([Diagnostic(f"{kc.call.target}({_arg_text(kc)}): {d.message} (line {d.pos.line}"
-                                             f" of kernel {kc.kernel.name})", kc.call.pos, d.valid, code=d.code)
+                raise CheckError([Diagnostic(f"{kc.call.target}({_arg_text(kc)}): {_in_call_words(d.message, kc)} "
+                                             f"(line {d.pos.line} of kernel {kc.kernel.name})", kc.call.pos, d.valid,
+                                             code=d.code)
                                   for d in e.diagnostics]) from None
 
     # --- running --------------------------------------------------------------------------------------------
@@ -345,7 +213,7 @@ class PipelineBinding:
             env = dict(self._axes_of(args[:len(names_in)]))
             env.update(zip(names_in, args[:len(names_in)]))
             call_outputs[:] = args[len(names_in):]
-            flow = _Flow(self, env, run_kernel)
+            flow = Flow(self, env, run_kernel)
             for i, step in enumerate(self.pipeline.steps):
                 flow.run_step(i, step)
             for out, v in zip(args[len(names_in):], self.pipeline.returns):
@@ -420,9 +288,19 @@ class PipelineBinding:
 
 
 def _calls(value: Any) -> list[Call]:
-    from ..ir.pipeline import calls_in
-
     return calls_in(value)
+
+
+def _in_call_words(message: str, kc: KernelCall) -> str:
+    """A binder's message about the problem of one call, in the call's words: ``bias <- bias`` is the argument
+    ``bias (k_bias)``, and the per-dim axes of that problem (``a__0=32``) are left out of workload labels."""
+    args = {p.name: value_text(a) for p, a in zip(kc.inputs, kc.call.args)}
+    args.update({k: value_text(a) for k, a in kc.call.kwargs})
+    for port in (*kc.inputs, *kc.outputs):
+        given = args.get(port.name, "result" if port.is_output else port.binding or port.name)
+        message = message.replace(f"{port.name} <- {port.name}", f"{port.name} ({given})")
+        message = message.replace(f"{port.name} -> {port.name}", f"{port.name} ({given})")
+    return re.sub(r",?\b\w+__\d+=\d+", "", message)
 
 
 def _arg_text(kc: KernelCall) -> str:
@@ -480,7 +358,13 @@ def bind_pipeline(program: Any, problem: Problem, name: str | None,
     if pipeline is None:
         raise KeyError(f"{program.file} has no pipeline")
     pb = PipelineBinding(program, pipeline, problem)
+    returns: list[Diagnostic] = []
     for w in problem.workloads:
-        pb.flow(w)
-    pb.bind_calls(bind)
+        returns = returns or pb.flow(w)  # the first workload whose returns disagree says how
+    try:
+        pb.bind_calls(bind)
+    except CheckError as e:
+        raise CheckError([*e.diagnostics, *returns]) from None
+    if returns:
+        raise CheckError(returns)
     return pb
