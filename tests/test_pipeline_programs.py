@@ -308,6 +308,13 @@ def test_cli_check_shows_steps_and_tune_refuses_a_pipeline(capsys):
     assert main(["check", str(path), "--problem", pid, "--problems", str(SHARED_SOL_EXECBENCH)]) == 0
     out = capsys.readouterr().out
     assert "torch step torch.nn.functional.rms_norm" in out and "kernel kv_proj" in out and "view .transpose()" in out
+    assert main(["check", str(path), "--problem", pid, "--problems", str(SHARED_SOL_EXECBENCH), "--json"]) == 0
+    import json
+
+    (report,) = json.loads(capsys.readouterr().out)["pipelines"]
+    kinds = [[r["kind"] for r in step["runs"]] for step in report["steps"]]
+    assert kinds == [["torch"], ["torch", "torch"], ["kernel"], ["kernel"], ["view", "view"], ["view", "view"]]
+    assert report["steps"][2]["runs"][0]["config"].startswith("kv_proj_sm90_f16")
     assert main(["tune", pid, "--spec", str(path), "--problems", str(SHARED_SOL_EXECBENCH)]) != 0
     assert "tuning a pipeline per kernel is not supported yet" in capsys.readouterr().err
 

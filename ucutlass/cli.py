@@ -217,8 +217,7 @@ def _check_pipelines(program, args, report: dict, text: list) -> dict:
         where = f" binds to {args.problem}" if args.problem else ""
         text.append(f"{args.file}: pipeline {pipeline.name}{where} ({len(pipeline.steps)} steps):")
         text += binding.describe()
-        report.setdefault("pipelines", []).append(
-            {"name": pipeline.name, "steps": [line.strip() for line in binding.describe()]})
+        report.setdefault("pipelines", []).append({"name": pipeline.name, "steps": binding.steps()})
     return piped
 
 

@@ -266,23 +266,35 @@ class PipelineBinding:
         except Exception:  # noqa: BLE001 - an axis only an output has: what the inputs give is all there is
             return given
 
-    def describe(self) -> list[str]:
-        """One line per step: what runs (kernel, torch step, view) and, for a kernel, its bound configuration."""
-        lines = []
-        for i, step in enumerate(self.pipeline.steps):
-            kinds = []
+    def steps(self) -> list[dict[str, Any]]:
+        """Each step as JSON for reports (``check --json``): ``{"targets", "text", "runs": [{"kind": "kernel" |
+        "torch" | "view", "name", "family" and "config" for a kernel}]}``, what runs in the order it runs."""
+        out = []
+        for step in self.pipeline.steps:
+            runs: list[dict[str, Any]] = []
             for c in _calls(step.value):
                 if c.kind == "kernel":
                     kc = self.calls[id(c)]
                     kernel = kc.bound_kernel or kc.kernel
-                    kinds.append(f"kernel {c.target} ({kernel.family}: {kernel.config_name()})")
+                    runs.append({"kind": "kernel", "name": c.target, "family": kernel.family,
+                                 "config": kernel.config_name()})
                 else:
                     op = TORCH_FUNCTIONS.get(c.target) if c.kind == "torch" else TENSOR_METHODS.get(c.target)
-                    spelled = c.target if c.kind == "torch" else f".{c.target}()"
-                    kinds.append(f"{'view' if op and op.kind == 'view' else 'torch step'} {spelled}")
-            if not kinds:
-                kinds.append("torch step (arithmetic)" if isinstance(step.value, Arith) else "view")
-            lines.append(f"  {i + 1}. {', '.join(step.targets)} = {value_text(step.value)}    [{'; '.join(kinds)}]")
+                    runs.append({"kind": "view" if op and op.kind == "view" else "torch",
+                                 "name": c.target if c.kind == "torch" else f".{c.target}()"})
+            if not runs:
+                runs.append({"kind": "torch" if isinstance(step.value, Arith) else "view", "name": "arithmetic"
+                             if isinstance(step.value, Arith) else value_text(step.value)})
+            out.append({"targets": list(step.targets), "text": value_text(step.value), "runs": runs})
+        return out
+
+    def describe(self) -> list[str]:
+        """One line per step: what runs (kernel, torch step, view) and, for a kernel, its bound configuration."""
+        lines = []
+        for i, step in enumerate(self.steps()):
+            kinds = [f"kernel {r['name']} ({r['family']}: {r['config']})" if r["kind"] == "kernel" else
+                     f"{'torch step' if r['kind'] == 'torch' else 'view'} {r['name']}" for r in step["runs"]]
+            lines.append(f"  {i + 1}. {', '.join(step['targets'])} = {step['text']}    [{'; '.join(kinds)}]")
         lines.append(f"  return {', '.join(value_text(v) for v in self.pipeline.returns)}")
         return lines
 
