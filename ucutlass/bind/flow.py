@@ -13,7 +13,8 @@ from ..ir.pipeline import Arith, Call, Const, Index, ListOf, Ref, SliceOf, Step,
 from ..ir.torch_ops import CONSTANTS, OPERATORS, constant, tensor_method, torch_function
 
 #: ``+ - * /`` on tensors and numbers in any order (Python's operators: torch.add etc. on tensors, :data:`OPERATORS`).
-ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
+ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+              "//": operator.floordiv, "%": operator.mod}
 
 
 class Flow:
@@ -49,8 +50,10 @@ class Flow:
             if not isinstance(lhs, torch.Tensor) and not isinstance(rhs, torch.Tensor):
                 if v.op == "/" and isinstance(lhs, int) and isinstance(rhs, int) and rhs and lhs % rhs == 0:
                     return lhs // rhs
-                return {"+": lambda: lhs + rhs, "-": lambda: lhs - rhs, "*": lambda: lhs * rhs,
-                        "/": lambda: lhs / rhs}[v.op]()
+                try:
+                    return ARITHMETIC[v.op](lhs, rhs)
+                except (ArithmeticError, TypeError) as e:
+                    self.fail("bad-step", f"{value_text(v)}: {e}", v.pos)
             return self._torch(lambda: ARITHMETIC[v.op](lhs, rhs), v.pos, f"{OPERATORS[v.op].spelling} ({v.op})",
                                [lhs, rhs])
         if isinstance(v, Index):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..errors import CheckError, Diagnostic
-from ..ir.pipeline import Arith, Call, Pipeline, Ref, Step, calls_in, value_text
+from ..ir.pipeline import Arith, Call, Index, Pipeline, Ref, Step, calls_in, value_text
 from ..ir.torch_ops import TENSOR_METHODS, TORCH_FUNCTIONS
 from ..problem import Axis, Problem, TensorSpec, Workload
 from .flow import Flow, describe_args
@@ -282,9 +282,10 @@ class PipelineBinding:
                     op = TORCH_FUNCTIONS.get(c.target) if c.kind == "torch" else TENSOR_METHODS.get(c.target)
                     runs.append({"kind": "view" if op and op.kind == "view" else "torch",
                                  "name": c.target if c.kind == "torch" else f".{c.target}()"})
-            if not runs:
-                runs.append({"kind": "torch" if isinstance(step.value, Arith) else "view", "name": "arithmetic"
-                             if isinstance(step.value, Arith) else value_text(step.value)})
+            if not runs:  # arithmetic (on tensors: a torch step), an index or a name (a view), or a plain value
+                kind = "torch" if isinstance(step.value, Arith) else "view" \
+                    if isinstance(step.value, (Ref, Index)) else "value"
+                runs.append({"kind": kind, "name": "arithmetic" if kind == "torch" else value_text(step.value)})
             out.append({"targets": list(step.targets), "text": value_text(step.value), "runs": runs})
         return out
 
@@ -292,8 +293,9 @@ class PipelineBinding:
         """One line per step: what runs (kernel, torch step, view) and, for a kernel, its bound configuration."""
         lines = []
         for i, step in enumerate(self.steps()):
+            words = {"torch": "torch step", "view": "view", "value": "value"}
             kinds = [f"kernel {r['name']} ({r['family']}: {r['config']})" if r["kind"] == "kernel" else
-                     f"{'torch step' if r['kind'] == 'torch' else 'view'} {r['name']}" for r in step["runs"]]
+                     f"{words[r['kind']]} {r['name']}" for r in step["runs"]]
             lines.append(f"  {i + 1}. {', '.join(step['targets'])} = {step['text']}    [{'; '.join(kinds)}]")
         lines.append(f"  return {', '.join(value_text(v) for v in self.pipeline.returns)}")
         return lines

@@ -44,7 +44,7 @@ class ListOf:
 
 @dataclass(frozen=True)
 class Arith:
-    """``lhs op rhs`` (``op`` in ``+ - * /``), or ``-rhs`` when ``lhs`` is None."""
+    """``lhs op rhs`` (``op`` in ``+ - * / // %``), or ``-rhs`` when ``lhs`` is None."""
 
     op: str
     lhs: "PValue | None"

@@ -52,6 +52,7 @@ TORCH_FUNCTIONS: dict[str, TorchOp] = {
     **_ops("torch", "routing", "torch.gather", "torch.index_select", "torch.index_add", "torch.scatter_add",
            "torch.take_along_dim", "torch.topk", "torch.argsort", "torch.sort", "torch.repeat_interleave",
            "torch.cat", "torch.stack", "torch.zeros_like", "torch.ones_like"),
+    **_ops("torch", "shape", "torch.nn.functional.pad"),
     **_ops("view", "shape", "torch.reshape", "torch.transpose", "torch.permute", "torch.flatten",
            "torch.unflatten", "torch.unsqueeze", "torch.squeeze", "torch.narrow", "torch.chunk", "torch.split",
            "torch.movedim"),
@@ -65,6 +66,7 @@ TENSOR_METHODS: dict[str, TorchOp] = {
     **_ops("torch", "dtype", "to", "float", "bfloat16", "half", "type_as"),
     **_ops("torch", "elementwise", "pow", "sigmoid", "exp", "rsqrt", "sqrt", "neg", "abs", "clamp", "masked_fill",
            "square", "tanh"),
+    **_ops("torch", "rope", "sin", "cos"),
     **_ops("torch", "reduce", "sum", "mean", "amax", "cumsum"),
     **_ops("torch", "softmax", "softmax", "log_softmax"),
     **_ops("torch", "routing", "gather", "index_select", "index_add", "scatter_add", "topk", "argsort"),
@@ -74,6 +76,7 @@ TENSOR_METHODS: dict[str, TorchOp] = {
 OPERATORS: dict[str, TorchOp] = {
     "+": TorchOp("torch.add", "torch", "elementwise"), "-": TorchOp("torch.sub", "torch", "elementwise"),
     "*": TorchOp("torch.mul", "torch", "elementwise"), "/": TorchOp("torch.div", "torch", "elementwise"),
+    "//": TorchOp("torch.floor_divide", "torch", "elementwise"), "%": TorchOp("torch.remainder", "torch", "elementwise"),
 }
 
 #: Constants a pipeline may name (dtype arguments of ``.to``, flags).

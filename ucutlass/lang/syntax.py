@@ -174,6 +174,8 @@ class ToAst(Transformer):
     p_sub = _parith("-")
     p_mul = _parith("*")
     p_div = _parith("/")
+    p_floordiv = _parith("//")
+    p_mod = _parith("%")
     del _parith
 
     def p_neg(self, meta, children):
