@@ -16,6 +16,7 @@ import pytest
 import torch
 from shared_data import REPO, SHARED_SOL_EXECBENCH
 
+from ucutlass import arch
 from ucutlass.bind import Port, bind_pipeline, kernel_output_shapes
 from ucutlass.cli import main
 from ucutlass.emulate import emulate_pipeline
@@ -96,6 +97,10 @@ def test_examples_bind_on_every_workload(path, pid):
     calls = binding.kernel_calls()
     assert calls and all(kc.bound_kernel is not None for kc in calls)
     assert all(len(kc.shapes) == len(problem.workloads) for kc in calls)
+    for kc in calls:  # each bound kernel passes its target's rules on the extents of every workload (as check does)
+        for w in kc.binding.problem.workloads:
+            errors = [d.format() for d in arch.check(kc.bound_kernel, kc.binding.extents(w)) if d.severity == "error"]
+            assert not errors, (kc.call.target, w.label(), errors)
     lines = binding.describe()
     assert len(lines) == len(program.pipeline().steps) + 1 and any("kernel " in line for line in lines)
 
