@@ -29,9 +29,16 @@ class Flow:
         self.step = 0
 
     def fail(self, code: str, message: str, pos: Pos, valid: Sequence[str] = ()):
+        """Raise :class:`CheckError` with one diagnostic (``code`` as in :data:`ucutlass.lang.ERROR_CODES`)."""
         raise CheckError([Diagnostic(message, pos, tuple(valid), code=code)])
 
     def value(self, v: Any) -> Any:
+        """The value of ``v`` (a :mod:`ucutlass.ir.pipeline` tree): a tensor (meta or real), a number, a list, or a
+        tuple of tensors (a call with several results).
+
+        Raises:
+            CheckError: while binding, the first name, kernel call or torch step that does not flow.
+        """
         import torch
 
         if isinstance(v, Ref):
@@ -134,6 +141,7 @@ class Flow:
         return self.pb.flow_kernel(kc, values, self)
 
     def run_step(self, index: int, step: Step) -> None:
+        """Evaluate step ``index`` and bind its targets (several targets take a call's results in order)."""
         self.step = index
         result = self.value(step.value)
         if len(step.targets) == 1:
@@ -148,6 +156,7 @@ class Flow:
 
 
 def describe_args(args: Sequence[Any]) -> str:
+    """Arguments as words for messages: ``bfloat16[2, 128, 640], 1e-06`` (a tensor's dtype and shape)."""
     import torch
 
     parts = []

@@ -123,7 +123,7 @@ class _PipelineLowering:
                     items.append(self.value(item))
             return Index(self.value(node.obj), tuple(items), node.pos)
         if isinstance(node, PKwarg):
-            self.error("bad-call", f"{node.name}={'…'}: a keyword argument outside a call", node.pos)
+            self.error("bad-call", f"{node.name}=…: a keyword argument outside a call", node.pos)
             return Const(None, node.pos)
         raise TypeError(f"unexpected pipeline node {node!r}")
 
