@@ -425,14 +425,23 @@ def _pipeline_solution(program, path: str, problem, args):
     if getattr(args, "emulate", False) and any(k.choices() for k in called):
         from .arch.legality import legal_combinations
 
-        picks = {}
-        for kernel in called:
-            if kernel.choices():
-                legal, _ = legal_combinations(kernel)
-                if not legal:
-                    raise UcutError(f"{path}: no combination of kernel {kernel.name}'s choices passes the rules "
-                                    f"(`ucutlass check {path}` says why)")
-                picks.update({f"{kernel.name}.{key}": value for key, value in legal[0].items()})
+        picks: dict = {}
+        for kernel in called:  # the first combination the rules accept with which the pipeline binds
+            if not kernel.choices():
+                continue
+            legal, _ = legal_combinations(kernel)
+            for combo in legal:
+                trial = {**picks, **{f"{kernel.name}.{key}": value for key, value in combo.items()}}
+                try:
+                    bind_pipeline(program.resolve(trial), problem, pipeline.name)
+                except CheckError:
+                    continue
+                picks = trial
+                break
+            else:
+                raise UcutError(f"{path}: no combination of kernel {kernel.name}'s choices passes the rules and "
+                                f"binds in pipeline {pipeline.name} (`ucutlass check {path} --problem {problem.id}` "
+                                "says why)")
         choices = program.choices()
         print("emulating, for the open choices: " + ", ".join(
             f"{key} = {choices[key].spellings[choices[key].options.index(v)]}" for key, v in picks.items()),
