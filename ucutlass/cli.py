@@ -113,9 +113,12 @@ def cmd_check(args) -> int:
     report = document("check", True, file=args.file, problem=args.problem, kernels=[])
     text = []
     bound_extents = {}  # kernel name -> its extents on each workload (with --problem)
+    piped = _check_pipelines(program, args, report, text)  # kernel name -> (bound kernel, extents) of its calls
     for kernel in program.kernels:
         extents = None
-        if args.problem:
+        if kernel.name in piped:
+            kernel, all_ext = piped[kernel.name]
+        elif args.problem and not program.pipelines:
             from .bind import bind
             from .problem import find_problem
 
@@ -205,6 +208,36 @@ def cmd_check(args) -> int:
     else:
         print("\n".join(text))
     return 0 if report["ok"] else 1
+
+
+def _check_pipelines(program, args, report: dict, text: list) -> dict:
+    """Print each pipeline's steps (kernel, torch step, view); with ``--problem``, bind it (shapes flow on every
+    workload) and give, per kernel it calls, the bound kernel and the extents of all its calls, for the rules."""
+    from .bind import PipelineBinding, bind_pipeline
+
+    piped: dict = {}
+    for pipeline in program.pipelines:
+        binding = PipelineBinding(program, pipeline, None)
+        if args.problem:
+            from .problem import find_problem
+
+            problem = find_problem(args.problem, args.problems)
+            try:
+                binding = bind_pipeline(program, problem, pipeline.name)
+            except CheckError as e:
+                report["ok"] = False
+                report["diagnostics"] += [d.to_json() for d in e.diagnostics]
+                text += [d.format(program.source) for d in e.diagnostics]
+                continue
+            for kc in binding.kernel_calls():
+                extents = [kc.binding.extents(w) for w in kc.binding.problem.workloads]
+                prev = piped.get(kc.kernel.name)
+                piped[kc.kernel.name] = (kc.bound_kernel, (prev[1] if prev else []) + extents)
+        where = f" binds to {args.problem}" if args.problem else ""
+        text.append(f"{args.file}: pipeline {pipeline.name}{where} ({len(pipeline.steps)} steps):")
+        text += binding.describe()
+        report.setdefault("pipelines", []).append({"name": pipeline.name, "steps": binding.steps()})
+    return piped
 
 
 def _served_in_dispatch(program, kernel, extents: list[dict]) -> list[dict] | None:
@@ -376,6 +409,8 @@ def _solution_for_file(path: str, problem, args):
     from .build import build_kernels, raise_for
 
     program = _picks(_load_program(path), getattr(args, "pick", None) or [], getattr(args, "kernel", None))
+    if program.pipelines and not args.kernel:  # a pipeline is the solution, unless --kernel names one kernel
+        return _pipeline_solution(program, path, problem, args)
     # a dispatch (kernels with `when`) is graded as one solution, unless --kernel names one of its kernels
     dispatch = program.dispatch() if not args.kernel else ()
     try:
@@ -418,6 +453,76 @@ def _solution_for_file(path: str, problem, args):
     from .solution import solution_for
 
     return solution_for(results[0].so_path, program.source, path, bound[0].name, bound[0].config_name())
+
+
+def _pipeline_solution(program, path: str, problem, args):
+    """A SolutionRef for a file's pipeline: emulated (torch ops) or its bound kernels compiled here."""
+    from .bind import bind_pipeline
+
+    try:
+        pipeline = program.pipeline()
+    except KeyError as e:
+        raise UcutError(f"{e.args[0]}: grade one pipeline per file") from None
+    called = [k for k in program.kernels if k.name in pipeline.kernel_names()]
+    if getattr(args, "emulate", False) and any(k.choices() for k in called):
+        from .arch.legality import legal_combinations
+
+        picks: dict = {}
+        for kernel in called:  # the first combination the rules accept with which the pipeline binds
+            if not kernel.choices():
+                continue
+            legal, _ = legal_combinations(kernel)
+            for combo in legal:
+                trial = {**picks, **{f"{kernel.name}.{key}": value for key, value in combo.items()}}
+                try:
+                    bind_pipeline(program.resolve(trial), problem, pipeline.name)
+                except CheckError:
+                    continue
+                picks = trial
+                break
+            else:
+                raise UcutError(f"{path}: no combination of kernel {kernel.name}'s choices passes the rules and "
+                                f"binds in pipeline {pipeline.name} (`ucutlass check {path} --problem {problem.id}` "
+                                "says why)")
+        choices = program.choices()
+        print("emulating, for the open choices: " + ", ".join(
+            f"{key} = {choices[key].spellings[choices[key].options.index(v)]}" for key, v in picks.items()),
+              file=sys.stderr)
+        program = program.resolve(picks)
+    open_kernels = [k.name for k in program.kernels if k.name in pipeline.kernel_names() and k.choices()]
+    if open_kernels:
+        raise UcutError(f"{path}: kernel(s) {', '.join(open_kernels)} of pipeline {pipeline.name} still have open "
+                        "choices; grade a concrete program or use --pick (tuning a pipeline per kernel is not "
+                        "supported yet)")
+    binding = bind_pipeline(program, problem, pipeline.name)
+    print(f"pipeline {pipeline.name} ({len(pipeline.steps)} steps):\n" + "\n".join(binding.describe()),
+          file=sys.stderr)
+    if getattr(args, "emulate", False):
+        from .solution import emulated_solution
+
+        print(f"emulating pipeline {pipeline.name} as torch ops (kernels emulated; torch steps as they are)",
+              file=sys.stderr)
+        return emulated_solution(program.source, path, None, f"{Path(path).stem} ({pipeline.name}, emulated)",
+                                 pipeline=pipeline.name)
+    import torch
+
+    from .build import build_kernels, raise_for
+
+    bound = {}
+    for kc in binding.kernel_calls():
+        bound.setdefault(kc.bound_kernel.build_digest(), kc.bound_kernel)
+    if torch.cuda.is_available():
+        from .runtime import check_device
+
+        for kernel in bound.values():
+            check_device(kernel.target)
+    kernels = list(bound.values())
+    print(f"compiling {', '.join(k.config_name() for k in kernels)} …", file=sys.stderr)
+    results = [raise_for(r) for r in build_kernels(kernels, source_file=path, sources=[program.source] * len(kernels))]
+    from .solution import pipeline_solution
+
+    return pipeline_solution({d: r.so_path for d, r in zip(bound, results)}, program.source, path,
+                             f"{Path(path).stem} ({pipeline.name})", pipeline.name)
 
 
 def _emulation_program(program, kernels, problem):
@@ -545,6 +650,11 @@ def cmd_tune(args) -> int:
         raise UcutError(f"problem {problem.id} ships no kernel.ucut: write a spec and pass --spec FILE "
                         "(see docs/DSL.md and the kernel.ucut of a shipped problem)")
     program = _load_program(str(spec))
+    if program.pipelines:
+        raise UcutError(f"{spec} has a pipeline ({', '.join(p.name for p in program.pipelines)}): tune searches one "
+                        "kernel's choices, and tuning a pipeline per kernel is not supported yet; grade the pipeline "
+                        "with its choices picked (`ucutlass grade FILE PROBLEM --pick KERNEL.SETTING=VALUE`), or tune "
+                        "a kernel of it in a file of its own")
     _require_kernel(program, args.kernel, "tune")
     config = TuneConfig(trials=args.trials, epsilon=args.epsilon, patience=args.patience, batch=args.batch,
                         max_workloads=args.max_workloads, sampler=args.sampler, seed=args.seed,

@@ -7,6 +7,7 @@ This module writes the two recipes of a compiled program, and the payload they c
 
     one kernel   {"so_path": …, "source": <concrete .ucut text>, "file": …, "kernel": name or None}
     a dispatch   {"so_paths": {kernel name: path, …}, "source": …, "file": …}
+    a pipeline   {"pipeline": name or None, "so_paths": {build digest: path, …}, "source": …, "file": …}
 
 ``ucutlass grade``, the tuner's measurer (``ucutlass.search.measure``) and the scripts build their recipes here.
 The loader's name and the payloads are part of :meth:`SolutionRef.key` (the worker's cache key) and of the records:
@@ -21,7 +22,8 @@ from typing import Mapping
 from .grader import SolutionRef
 from .runtime import load_solution
 
-__all__ = ["LOADER", "EMULATOR_LOADER", "solution_for", "dispatch_solution", "emulated_solution", "load_solution"]
+__all__ = ["LOADER", "EMULATOR_LOADER", "solution_for", "dispatch_solution", "pipeline_solution", "emulated_solution",
+           "load_solution"]
 
 #: The grader loader of compiled `.ucut` solutions (a single kernel or a dispatch).
 LOADER = "ucutlass.runtime:load_solution"
@@ -64,7 +66,26 @@ def dispatch_solution(so_paths: Mapping[str, str | Path], source: str, file: str
                        payload={"so_paths": {k: str(p) for k, p in so_paths.items()}, "source": source, "file": file})
 
 
-def emulated_solution(source: str, file: str, kernel: str | None, name: str, dispatch: bool = False) -> SolutionRef:
+def pipeline_solution(so_paths: Mapping[str, str | Path], source: str, file: str, name: str,
+                      pipeline: str | None = None) -> SolutionRef:
+    """A grader recipe for a compiled pipeline: the .so of every bound kernel its calls use, graded as one solution.
+
+    Args:
+        so_paths: ``{build digest: path of its .so}`` for each bound kernel of the pipeline's calls
+            (:attr:`ucutlass.bind.KernelCall.bound_kernel`).
+        source: the concrete `.ucut` text; ``file``: its name in messages; ``name``: the solution's name.
+        pipeline: the pipeline's name (None: the program's only one).
+
+    Returns:
+        A destination-passing :class:`SolutionRef` with loader :data:`LOADER` (:func:`ucutlass.runtime.load_pipeline`).
+    """
+    return SolutionRef(name=name, loader=LOADER, destination_passing=True,
+                       payload={"pipeline": pipeline, "so_paths": {k: str(p) for k, p in so_paths.items()},
+                                "source": source, "file": file})
+
+
+def emulated_solution(source: str, file: str, kernel: str | None, name: str, dispatch: bool = False,
+                      pipeline: str | None | bool = False) -> SolutionRef:
     """A grader recipe for a `.ucut` program run as torch ops (:mod:`ucutlass.emulate`): nothing is compiled.
 
     Args:
@@ -72,6 +93,7 @@ def emulated_solution(source: str, file: str, kernel: str | None, name: str, dis
         kernel: the kernel's name in ``source`` (None when the program has one kernel); ignored with ``dispatch``.
         name: the solution's name in records and tables.
         dispatch: grade the program's dispatch (:meth:`~ucutlass.ir.Program.dispatch`) as one solution.
+        pipeline: grade the program's pipeline of this name (None: its only one) as one solution (False: none).
 
     Returns:
         A destination-passing :class:`SolutionRef` with loader :data:`EMULATOR_LOADER` and payload
@@ -80,4 +102,6 @@ def emulated_solution(source: str, file: str, kernel: str | None, name: str, dis
     payload = {"source": source, "file": file, "kernel": None if dispatch else kernel}
     if dispatch:
         payload["dispatch"] = True
+    if pipeline is not False:
+        payload = {"source": source, "file": file, "pipeline": pipeline}
     return SolutionRef(name=name, loader=EMULATOR_LOADER, payload=payload, destination_passing=True)

@@ -6,8 +6,9 @@ every workload; :attr:`Binding.kernel` is the kernel to build for the problem (a
 ``swap_ab = auto`` decided for its workloads) and :meth:`Binding.callable` the destination-passing
 ``fn(*inputs, *outputs)`` over a loaded kernel.
 
-Modules: one per family (:mod:`.gemm`, :mod:`.grouped`, :mod:`.attention`, :mod:`.conv`) and :mod:`.slice` (views
-of a bound tensor). This ``__init__`` holds the family table (:data:`BINDERS`) and the entry points that go through it:
+Modules: one per family (:mod:`.gemm`, :mod:`.grouped`, :mod:`.attention`, :mod:`.conv`), :mod:`.slice` (views
+of a bound tensor) and :mod:`.pipeline` (a pipeline: shapes flow, each kernel call bound through this table). This
+``__init__`` holds the family table (:data:`BINDERS`) and the entry points that go through it:
 :func:`bind`, :func:`resolve_alignment`, :func:`resolve_swap_ab`. Nothing here imports :mod:`ucutlass.runtime`: a
 binding takes a loaded kernel as any object with ``abi`` and ``call`` (and ``modes`` for a gemm).
 """
@@ -21,6 +22,9 @@ from .attention import SM90_SEQ_ALIGNMENT, AttentionBinding, AttentionSlot, bind
 from .conv import bind_conv
 from .gemm import Binding, Slot, auto_alignment, auto_swap_ab, bind_gemm, bind_operands
 from .grouped import bind_grouped
+from . import pipeline as _pipeline
+from .pipeline import KernelCall, PipelineBinding
+from .ports import Port, kernel_output_shapes, kernel_ports, rebound
 from .slice import slice_index, slice_problem, slice_view
 
 __all__ = [
@@ -28,6 +32,7 @@ __all__ = [
     "Binding", "Slot", "bind_gemm", "bind_operands", "auto_alignment", "auto_swap_ab", "bind_grouped", "bind_conv",
     "AttentionBinding", "AttentionSlot", "bind_attention", "extents_of", "SM90_SEQ_ALIGNMENT",
     "slice_index", "slice_view", "slice_problem",
+    "bind_pipeline", "PipelineBinding", "KernelCall", "Port", "kernel_ports", "kernel_output_shapes", "rebound",
 ]
 
 
@@ -99,3 +104,15 @@ def resolve_auto(kernel: Any, extents: Sequence[Mapping[str, int]]) -> Any:
     and the tuner (:meth:`ucutlass.search.SearchSpace.concrete`) apply, so that they accept the same
     configurations and what they accept is what a bound call loads."""
     return resolve_swap_ab(resolve_alignment(kernel, extents), extents)
+
+
+def bind_pipeline(program: Any, problem: Any, name: str | None = None) -> PipelineBinding:
+    """Bind ``program``'s pipeline (``name``, or its only one) to ``problem``: shapes and dtypes flow on every
+    workload and each kernel call is bound through :data:`BINDERS` (:func:`ucutlass.bind.pipeline.bind_pipeline`).
+
+    Raises:
+        CheckError: positioned diagnostics (``use-before-made``, ``undefined-name``, ``bad-step``, ``bad-call``,
+            ``bad-return``, ``bind-…``).
+        KeyError: the program has no such pipeline.
+    """
+    return _pipeline.bind_pipeline(program, problem, name, bind)

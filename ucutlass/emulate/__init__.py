@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..bind import bind, family_of
+from ..bind import bind, bind_pipeline, family_of
 from ..errors import KernelRuntimeError
 from .attention import AttentionEmulator
 from .conv import ConvEmulator
@@ -25,7 +25,7 @@ from .epilogue import evaluate
 from .gemm import GemmEmulator, exact_f32
 from .grouped import GroupedEmulator
 
-__all__ = ["EMULATORS", "LOADER", "emulate_kernel", "load_solution", "evaluate", "exact_f32",
+__all__ = ["EMULATORS", "LOADER", "emulate_kernel", "emulate_pipeline", "load_solution", "evaluate", "exact_f32",
            "GemmEmulator", "GroupedEmulator", "AttentionEmulator", "ConvEmulator"]
 
 #: The emulator class of each kernel family (``kernel.family``); a new family adds one row and one module.
@@ -46,12 +46,30 @@ def emulate_kernel(kernel: Any):
     return EMULATORS[family_of(kernel)](kernel)
 
 
+def emulate_pipeline(program: Any, problem: Any, name: str | None = None):
+    """``program``'s pipeline bound to ``problem`` and run as torch ops: kernels through their emulators
+    (:func:`emulate_kernel`), torch steps through the allow-list (:mod:`ucutlass.ir.torch_ops`).
+
+    Args:
+        program: a concrete :class:`ucutlass.ir.Program` with a pipeline (``name``, or its only one).
+        problem: the :class:`ucutlass.problem.Problem`.
+
+    Returns:
+        A destination-passing ``fn(*inputs, *outputs)`` in the problem's order (``fn.pipeline``: the binding).
+
+    Raises:
+        CheckError: the pipeline does not bind (:func:`ucutlass.bind.bind_pipeline`).
+    """
+    return bind_pipeline(program, problem, name).callable(emulate_kernel)
+
+
 def load_solution(payload: Mapping[str, Any], problem: Any):
     """Grader loader for an emulated `.ucut` solution (``SolutionRef.loader = "ucutlass.emulate:load_solution"``).
 
     Args:
         payload: ``{"source": <concrete .ucut text>, "file": …, "kernel": name or None}``, or with
-            ``"dispatch": true`` the program's dispatch (:meth:`ucutlass.ir.Program.dispatch`) as one solution.
+            ``"dispatch": true`` the program's dispatch (:meth:`ucutlass.ir.Program.dispatch`) as one solution,
+            or with ``"pipeline": name`` the program's pipeline (:func:`emulate_pipeline`).
         problem: the :class:`ucutlass.problem.Problem` the program binds to.
 
     Returns:
@@ -64,6 +82,8 @@ def load_solution(payload: Mapping[str, Any], problem: Any):
     from ..runtime.dispatch import dispatch_callable
 
     program = parse(payload["source"], payload.get("file", "<solution>"))
+    if "pipeline" in payload:
+        return emulate_pipeline(program, problem, payload["pipeline"])
     if payload.get("dispatch"):
         kernels = program.dispatch()
         if not kernels:

@@ -10,7 +10,8 @@ Vocabulary follows CUTLASS: TileShape (``tile``), ClusterShape (``cluster``), Ke
 A setting whose value is still a search choice holds a :class:`Choice`; ``is_concrete()`` says whether any
 remain, and :meth:`Program.resolve` replaces them with picked values (in the IR: nothing is parsed again).
 Modules: ``values`` (enums, Choice, JSON of digests), ``operands``, ``expr`` (epilogue trees), one per family
-(``gemm``, ``grouped``, ``attention``, ``conv``), ``kernel`` (the protocol they share), ``program``.
+(``gemm``, ``grouped``, ``attention``, ``conv``), ``kernel`` (the protocol they share), ``pipeline`` (kernels and
+torch steps wired together; ``torch_ops``: the allow-list of torch steps), ``program``.
 """
 
 from ..errors import Pos
@@ -23,6 +24,7 @@ from .gemm import (ALIGNMENTS, BUILD_NAME, GEMM_SETTINGS, RUNTIME_DEFAULTS, RUNT
 from .grouped import GROUP_OPERANDS, GroupedGemmKernel, IndexType  # noqa: F401
 from .kernel import Kernel  # noqa: F401
 from .operands import SCALE_OPERANDS, EpilogueInput, EpilogueOutput, Operand, Scale, split_dim  # noqa: F401
+from .pipeline import Pipeline, Step  # noqa: F401
 from .program import Program  # noqa: F401
 from .values import (Choice, DType, EpilogueInputKind, Layout, RasterOrder, ReductionMode, Schedule,  # noqa: F401
                      Setting, Target, TileScheduler, canonical_json, spell_setting, to_dict)
@@ -35,5 +37,5 @@ __all__ = [
     'ALIGNMENTS', 'RUNTIME_SETTINGS', 'RUNTIME_DEFAULTS', 'BUILD_NAME', 'GemmKernel', 'SWAPPED_NAMES', 'transposed',
     'IndexType', 'GROUP_OPERANDS', 'GroupedGemmKernel', 'MASKS', 'ATTENTION_SETTINGS', 'EXTENTS', 'AttentionKernel',
     'head_ratio', 'Kernel', 'Program', 'ConvKernel', 'CONV_DIMS', 'CONV_SETTINGS',
-    'output_extent', 'spatial_of'
+    'output_extent', 'spatial_of', 'Pipeline', 'Step'
 ]

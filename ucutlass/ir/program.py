@@ -8,16 +8,36 @@ from typing import Any, Mapping
 
 from ..errors import Pos
 from .kernel import Kernel
+from .pipeline import Pipeline
 from .values import Choice
 
 
 @dataclass(frozen=True)
 class Program:
-    """A parsed `.ucut` file: its kernels, plus the source text for reports and concrete re-rendering."""
+    """A parsed `.ucut` file: its kernels and pipelines, plus the source text for reports and concrete
+    re-rendering."""
 
     kernels: tuple[Kernel, ...]
     source: str = ""
     file: str = "<string>"
+    #: ``pipeline NAME { … }`` blocks: the file's kernels and torch steps wired into one callable (:mod:`.pipeline`)
+    pipelines: tuple[Pipeline, ...] = ()
+
+    def pipeline(self, name: str | None = None) -> Pipeline | None:
+        """The pipeline called ``name``; with None, the only pipeline, or None when the file has none.
+
+        Raises:
+            KeyError: no such pipeline, or ``name`` is None and the file has several.
+        """
+        if name is None:
+            if len(self.pipelines) > 1:
+                raise KeyError(f"{self.file} has {len(self.pipelines)} pipelines; name one of "
+                               f"{[p.name for p in self.pipelines]}")
+            return self.pipelines[0] if self.pipelines else None
+        for p in self.pipelines:
+            if p.name == name:
+                return p
+        raise KeyError(f"no pipeline {name!r} in {self.file}; pipelines: {[p.name for p in self.pipelines]}")
 
     def kernel(self, name: str | None = None) -> Kernel:
         """The kernel called ``name``, or the only kernel when ``name`` is None.

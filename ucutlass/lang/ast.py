@@ -132,3 +132,88 @@ class KernelNode:
     items: tuple[Union[SettingNode, Decl, EpilogueNode], ...]
     pos: Pos
     when: When | None = None
+
+
+# --- pipelines (lowered in :mod:`ucutlass.lang.pipeline`) ---------------------------------------------------
+
+@dataclass(frozen=True)
+class PRef:
+    name: str
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class PNum:
+    text: str
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class PList:
+    items: tuple[Any, ...]
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class PArith:
+    op: str  # + - * /, or "neg" (lhs None)
+    lhs: Any
+    rhs: Any
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class PAttr:
+    obj: Any
+    name: str
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class PKwarg:
+    name: str
+    value: Any
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class PCall:
+    func: Any  # PRef (a kernel), PAttr (torch.… or a method)
+    args: tuple[Any, ...]
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class PSlice:
+    start: Any
+    stop: Any
+    pos: Pos
+    ellipsis: bool = False
+
+
+@dataclass(frozen=True)
+class PIndex:
+    obj: Any
+    items: tuple[Any, ...]
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class PStep:
+    targets: tuple[tuple[str, Pos], ...]
+    value: Any
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class PReturn:
+    values: tuple[Any, ...]
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class PipelineNode:
+    name: str
+    name_pos: Pos
+    items: tuple[Any, ...]
+    pos: Pos

@@ -14,6 +14,7 @@ from .dispatch import lower_dispatch
 from .gemm import lower_gemm
 from .grouped import lower_grouped
 from .lowering import Lowering
+from .pipeline import lower_pipelines
 from .vocabulary import FAMILIES
 
 #: The lowering of each kernel family (``kernel NAME : FAMILY { … }``): one module per family.
@@ -22,8 +23,9 @@ LOWERINGS: dict[str, Callable[[Lowering, KernelNode], Any]] = {
 assert tuple(LOWERINGS) == FAMILIES
 
 
-def lower_program(low: Lowering, kernels: Sequence[KernelNode], source: str) -> Program:
-    """Every kernel's AST → the program's IR; errors are collected in ``low.diags``."""
+def lower_program(low: Lowering, kernels: Sequence[KernelNode], source: str,
+                  pipelines: Sequence[Any] = ()) -> Program:
+    """Every kernel's and pipeline's AST → the program's IR; errors are collected in ``low.diags``."""
     lowered = []
     seen: dict[str, Pos] = {}
     for k in kernels:
@@ -34,7 +36,9 @@ def lower_program(low: Lowering, kernels: Sequence[KernelNode], source: str) -> 
         lowered.append(lower_kernel(low, k))
     if any(k.when is not None for k in kernels):  # a dispatch (`when M <= 64`): checked in its own module
         lowered = lower_dispatch(low, kernels, lowered)
-    return Program(tuple(k for k in lowered if k is not None), source=source, file=low.file)
+    lowered_pipelines = lower_pipelines(low, pipelines, kernels)
+    return Program(tuple(k for k in lowered if k is not None), source=source, file=low.file,
+                   pipelines=lowered_pipelines)
 
 
 def lower_kernel(low: Lowering, k: KernelNode):

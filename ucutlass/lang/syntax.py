@@ -14,6 +14,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from ..errors import Diagnostic, UcutSyntaxError, did_you_mean, excerpt
 from ..ir import Pos, Program
 from .ast import (Assign, Atom, BinOp, Call, ChoiceNode, Decl, Dims, EpilogueNode, KernelNode, NameNode, Neg, Num,
+                  PArith, PAttr, PCall, PIndex, PipelineNode, PKwarg, PList, PNum, PRef, PReturn, PSlice, PStep,
                   SettingNode, SliceNode, SourceNode, When)
 from .limits import MAX_FILE_BYTES, check_text, check_tree
 from .lower import lower_program
@@ -151,6 +152,67 @@ class ToAst(Transformer):
     def call(self, meta, children):
         name, *args = children
         return Call(str(name), tuple(a for a in args if a is not None), self._t(name))
+
+    # pipelines (ucutlass/lang/pipeline.py lowers them)
+    def pipeline(self, meta, children):
+        name, *items = children
+        return PipelineNode(str(name), self._t(name), tuple(items), self._p(meta))
+
+    def pipe_step(self, meta, children):
+        *targets, value = children
+        return PStep(tuple((str(t), self._t(t)) for t in targets), value, self._p(meta))
+
+    def pipe_return(self, meta, children):
+        return PReturn(tuple(children), self._p(meta))
+
+    def _parith(op):  # noqa: N805 - a factory used in the class body
+        def method(self, meta, children):
+            lhs, *_, rhs = children
+            return PArith(op, lhs, rhs, self._p(meta))
+        return method
+
+    p_add = _parith("+")
+    p_sub = _parith("-")
+    p_mul = _parith("*")
+    p_div = _parith("/")
+    p_floordiv = _parith("//")
+    p_mod = _parith("%")
+    del _parith
+
+    def p_neg(self, meta, children):
+        return PArith("neg", None, children[-1], self._p(meta))
+
+    def p_attr(self, meta, children):
+        obj, name = children
+        return PAttr(obj, str(name), self._p(meta))
+
+    def p_call(self, meta, children):
+        func, *args = children
+        return PCall(func, tuple(a for a in args if a is not None), self._p(meta))
+
+    def p_index(self, meta, children):
+        obj, *items = children
+        return PIndex(obj, tuple(items), self._p(meta))
+
+    def p_ref(self, meta, children):
+        return PRef(str(children[0]), self._t(children[0]))
+
+    def p_num(self, meta, children):
+        return PNum(str(children[0]), self._t(children[0]))
+
+    def p_list(self, meta, children):
+        return PList(tuple(c for c in children if c is not None), self._p(meta))
+
+    def p_kwarg(self, meta, children):
+        name, value = children
+        return PKwarg(str(name), value, self._t(name))
+
+    def p_slice(self, meta, children):
+        start, stop = children
+        return PSlice(start, stop, self._p(meta))
+
+    def p_ellipsis(self, meta, children):
+        return PSlice(None, None, self._p(meta), ellipsis=True)
 
 
 # --- syntax errors in words ------------------------------------------------------------------------------
@@ -300,14 +362,16 @@ def parse(text: str, file: str = "<string>") -> Program:
     if broken:
         raise UcutSyntaxError(broken, source=text)
     try:
-        kernels = ToAst(file).transform(tree)
+        blocks = ToAst(file).transform(tree)
     except VisitError as e:
         meta = getattr(e.obj, "meta", None)
         pos = _meta_pos(meta, file) if meta is not None else Pos(file)
         raise UcutSyntaxError([Diagnostic(f"cannot read {e.rule}: {e.orig_exc}", pos, code="syntax")],
                               excerpt(text, pos)) from e.orig_exc
+    kernels = [b for b in blocks if isinstance(b, KernelNode)]
+    pipelines = [b for b in blocks if isinstance(b, PipelineNode)]
     lowering = Lowering(file)
-    program = lower_program(lowering, kernels, text)
+    program = lower_program(lowering, kernels, text, pipelines)
     if lowering.diags:
         diags = sorted(lowering.diags, key=lambda d: (d.pos.line, d.pos.column))
         raise UcutSyntaxError(diags, source=text)

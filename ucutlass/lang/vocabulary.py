@@ -37,7 +37,7 @@ REDUCTIONS: dict[str, tuple[str, str]] = {"sum_n": ("sum", "M"), "max_n": ("max"
 #: Every function an epilogue expression may call: the activations, ``cast(x, DTYPE)`` and the reductions.
 FUNCTIONS = ACTIVATIONS + ("cast",) + tuple(REDUCTIONS)
 #: Words with a fixed meaning: block keywords, layouts, ``auto``, and the epilogue's ``acc`` and ``c``.
-KEYWORDS = ("kernel", "when", "epilogue", "row", "col", "auto", "acc", "c")
+KEYWORDS = ("kernel", "when", "epilogue", "pipeline", "return", "row", "col", "auto", "acc", "c")
 
 #: GEMM operands and the dim names each must be declared over (in either order).
 OPERAND_DIMS: dict[str, tuple[str, str]] = {"a": ("M", "K"), "b": ("N", "K"), "c": ("M", "N"), "d": ("M", "N")}
@@ -61,6 +61,13 @@ EPILOGUE_DIMS: dict[tuple[str, ...], EpilogueInputKind] = {
 #: Diagnostic codes of :func:`parse` and :func:`check` (arch rule codes are in ``ucutlass.arch.RULES``).
 ERROR_CODES: dict[str, str] = {
     "syntax": "the text does not parse",
+    "duplicate-pipeline": "a pipeline defined twice",
+    "unknown-kernel": "a pipeline calls a name that is no kernel of the file",
+    "not-allowed": "a torch step, method or constant outside the allow-list (ucutlass/ir/torch_ops.py)",
+    "bad-return": "a pipeline without one final return, or returning other than the problem's outputs",
+    "bad-call": "a call with the wrong arguments or results",
+    "use-before-made": "a pipeline name used before a step makes it (a cycle, a later step, a typo)",
+    "bad-step": "a step whose shapes or dtypes do not flow (a kernel or torch step refuses its arguments)",
     "unknown-family": "kernel family other than gemm",
     "unknown-setting": "a setting name that does not exist",
     "duplicate-setting": "a setting given twice",

@@ -6,7 +6,8 @@ is checked first and reported with the operand's name.
 
 Modules: :mod:`.base` (the launch base every family derives from: library, ABI, plan cache, workspace, launch,
 status text), :mod:`.device` (which GPU a target's code runs on), one launcher per kernel family (:mod:`.gemm`,
-:mod:`.grouped`, :mod:`.attention`, :mod:`.conv`), :mod:`.dispatch` (the kernel of a call in a per-shape dispatch). This
+:mod:`.grouped`, :mod:`.attention`, :mod:`.conv`), :mod:`.dispatch` (the kernel of a call in a per-shape dispatch),
+:mod:`.pipeline` (a pipeline's kernels loaded and its steps run as one callable). This
 ``__init__`` holds the family table (:data:`LAUNCHERS`), :func:`load_kernel` and the grader's loader
 :func:`load_solution` (named ``"ucutlass.runtime:load_solution"`` in every :class:`ucutlass.grader.SolutionRef`
 that :mod:`ucutlass.solution` writes).
@@ -27,9 +28,10 @@ from .device import TARGET_CAPABILITY, TARGET_NAME, check_device, device_mismatc
 from .dispatch import describe, dispatch_callable, pick
 from .gemm import CompiledKernel, extent_values
 from .grouped import GroupedCompiledKernel, index_type_of
+from .pipeline import load_pipeline
 
 __all__ = [
-    "LAUNCHERS", "load_kernel", "load_solution",
+    "LAUNCHERS", "load_kernel", "load_solution", "load_pipeline",
     "KernelLauncher", "CompiledKernel", "GroupedCompiledKernel", "AttentionCompiledKernel", "ConvCompiledKernel",
     "check_device", "device_mismatch", "TARGET_CAPABILITY", "TARGET_NAME", "STATUS_RANGES", "status_text",
     "extent_values", "index_type_of", "extents_of", "SM90_SEQ_ALIGNMENT",
@@ -61,7 +63,9 @@ def load_solution(payload: Mapping[str, Any], problem: Any):
     Args:
         payload: as :mod:`ucutlass.solution` writes it. One kernel: ``{"so_path": …, "source": <concrete .ucut
             text>, "file": …, "kernel": name or None}``; a dispatch (:meth:`ucutlass.ir.Program.dispatch`):
-            ``{"so_paths": {kernel name: path, …}, "source": …, "file": …}``, one .so per kernel of the dispatch.
+            ``{"so_paths": {kernel name: path, …}, "source": …, "file": …}``, one .so per kernel of the dispatch;
+            a pipeline: ``{"pipeline": name or None, "so_paths": {build digest: path, …}, "source": …, "file": …}``
+            (:func:`load_pipeline`).
         problem: the :class:`ucutlass.problem.Problem` the program binds to.
 
     Returns:
@@ -75,6 +79,13 @@ def load_solution(payload: Mapping[str, Any], problem: Any):
     from ..lang import parse  # the parser loads only when a solution does
 
     program = parse(payload["source"], payload.get("file", "<solution>"))
+    if "pipeline" in payload:
+        import torch
+
+        if torch.cuda.is_available():
+            for kernel in program.kernels:
+                check_device(kernel.target)
+        return load_pipeline(program, problem, payload["so_paths"], payload["pipeline"], load_kernel)
     if "so_paths" in payload:
         kernels = program.dispatch()
         if not kernels:
