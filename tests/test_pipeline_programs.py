@@ -329,6 +329,23 @@ def test_cli_check_shows_steps_and_tune_refuses_a_pipeline(capsys):
     assert "tuning a pipeline per kernel is not supported yet" in capsys.readouterr().err
 
 
+def test_cli_check_reports_a_pipelines_binding_errors_without_a_traceback(tmp_path, capsys):
+    """A pipeline that does not bind: `check --problem` answers its positioned errors (text and --json), exit 1
+    (it crashed deciding `auto` settings for kernels that had no extents: found by a new user)."""
+    import json
+
+    path, pid = GPU_PIPELINES[0]
+    bad = tmp_path / "bad.ucut"
+    bad.write_text(path.read_text().replace("return output", "return outputt"))
+    common = ["check", str(bad), "--problem", pid, "--problems", str(SHARED_SOL_EXECBENCH)]
+    assert main(common) == 1
+    out = capsys.readouterr()
+    assert "did you mean 'output'" in out.out + out.err and "Traceback" not in out.out + out.err
+    assert main([*common, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert not report["ok"] and [d["code"] for d in report["diagnostics"]] == ["undefined-name"]
+
+
 # --- on the GPU: emulated (large workloads) and compiled ---------------------------------------------------------
 
 @pytest.mark.gpu

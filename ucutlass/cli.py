@@ -95,6 +95,12 @@ def _picks(program, pick_args: Sequence[str], kernel: str | None = None):
         raise UcutError(f"--pick: {e.args[0]}") from None
 
 
+def _steps(pipeline) -> str:
+    """``1 step`` / ``N steps``."""
+    n = len(pipeline.steps)
+    return f"{n} step{'' if n == 1 else 's'}"
+
+
 # --- check ---------------------------------------------------------------------------------------------
 
 def cmd_check(args) -> int:
@@ -167,7 +173,9 @@ def cmd_check(args) -> int:
             text += [d.format(program.source) for d in e.diagnostics]
             continue
         decide = None
-        if args.problem:  # alignment and swap_ab `auto` per combination, for every workload, as `tune` decides them
+        # alignment and swap_ab `auto` per combination, for every workload, as `tune` decides them (not for a kernel
+        # that did not bind: a pipeline whose binding failed reports its errors, its kernels get their own rules)
+        if args.problem and all_ext != [None]:
             from .bind import resolve_auto
 
             decide = functools.partial(resolve_auto, extents=all_ext)
@@ -234,7 +242,7 @@ def _check_pipelines(program, args, report: dict, text: list) -> dict:
                 prev = piped.get(kc.kernel.name)
                 piped[kc.kernel.name] = (kc.bound_kernel, (prev[1] if prev else []) + extents)
         where = f" binds to {args.problem}" if args.problem else ""
-        text.append(f"{args.file}: pipeline {pipeline.name}{where} ({len(pipeline.steps)} steps):")
+        text.append(f"{args.file}: pipeline {pipeline.name}{where} ({_steps(pipeline)}):")
         text += binding.describe()
         report.setdefault("pipelines", []).append({"name": pipeline.name, "steps": binding.steps()})
     return piped
@@ -495,7 +503,7 @@ def _pipeline_solution(program, path: str, problem, args):
                         "choices; grade a concrete program or use --pick (tuning a pipeline per kernel is not "
                         "supported yet)")
     binding = bind_pipeline(program, problem, pipeline.name)
-    print(f"pipeline {pipeline.name} ({len(pipeline.steps)} steps):\n" + "\n".join(binding.describe()),
+    print(f"pipeline {pipeline.name} ({_steps(pipeline)}):\n" + "\n".join(binding.describe()),
           file=sys.stderr)
     if getattr(args, "emulate", False):
         from .solution import emulated_solution

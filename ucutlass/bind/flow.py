@@ -101,7 +101,7 @@ class Flow:
                 why = f" (the step at line {maker.pos.line} makes it: move that step up)"
             self.fail("use-before-made", f"{ref.name} is used before it is made{why}", ref.pos)
         known = sorted(k for k in self.env if not k.startswith("_"))
-        self.fail("undefined-name", f"{ref.name} is neither an input or axis of {self.pb.problem.id} nor made by "
+        self.fail("undefined-name", f"{ref.name} is neither an input nor an axis of {self.pb.problem.id}, nor made by "
                   f"an earlier step{did_you_mean(ref.name, known)}", ref.pos, known)
 
     def _torch(self, fn: Callable[[], Any], pos: Pos, what: str, args: Sequence[Any]) -> Any:

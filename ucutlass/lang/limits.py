@@ -94,7 +94,9 @@ def check_tree(tree: Tree, file: str) -> list[Diagnostic]:
             at_least = "at least " if more else ""
             if deepest > MAX_DEPTH:
                 diags.append(Diagnostic(f"this expression nests {at_least}{deepest} deep; at most {MAX_DEPTH} "
-                                        "(name parts of it: h = …, then use h)", pos, code="too-deep"))
+                                        "(each operator of a chain like a + b + c is one level of CUTLASS's EVT "
+                                        "tree, as each call is; name parts of it: h = …, then use h)", pos,
+                                        code="too-deep"))
                 continue
             if size > MAX_EXPRESSION_NODES:
                 diags.append(Diagnostic(f"this expression has {at_least}{size} terms (operators, calls, names, "
