@@ -90,7 +90,8 @@ class PipelineBinding:
                 flow.fail("bad-call", f"argument {port.name} of {kc.call.target} is {describe_args([v])}, not a tensor "
                           "or scalar", kc.call.pos)
         try:
-            outs = kernel_output_shapes(kc.inputs, kc.outputs, {k: v[0] if v else None for k, v in shapes.items()})
+            outs = kernel_output_shapes(kc.inputs, kc.outputs, {k: v[0] if v else None for k, v in shapes.items()},
+                                        kc.kernel)
         except ValueError as e:
             flow.fail("bad-step", f"{kc.call.target}({describe_args(values)}): {e}", kc.call.pos)
         for port in kc.outputs:
@@ -194,7 +195,7 @@ class PipelineBinding:
             if outs is None:
                 shapes = {p.name: (tuple(a.shape) if isinstance(a, torch.Tensor) else None)
                           for p, a in zip(kc.inputs, args)}
-                sizes = kernel_output_shapes(kc.inputs, kc.outputs, shapes)
+                sizes = kernel_output_shapes(kc.inputs, kc.outputs, shapes, kc.kernel)
                 outs = [torch.empty(sizes[p.name], dtype=getattr(torch, dtype_name(p.dtype)), device=key[2])
                         for p in kc.outputs]
                 buffers[key] = outs
