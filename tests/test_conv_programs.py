@@ -35,6 +35,10 @@ PROGRAMS = [
      {"input_seq_len": 24, "output_seq_len": 12, "num_mel_bins": 16, "d_model": 256, "num_heads": 1,
       "encoder_ffn_dim": 512},  # head_dim stays 256: the program scales q by 256 ** -0.5
      {"d_model = 5120": "d_model = 256", "num_heads = 20": "num_heads = 1"}),
+    (EX / "pipeline_conv_audio_downsample.ucut", "L2_015_audio_sinusoidal_position_embedding_with_conv_projection",
+     {"d_model": 64, "downsample_hidden_size": 32, "conv_out_dim": 320},
+     {"d_model = 1024": "d_model = 64", "downsample_hidden_size = 384": "downsample_hidden_size = 32",
+      "conv_out_dim = 3840": "conv_out_dim = 320"}),
 ]
 
 
