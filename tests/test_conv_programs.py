@@ -39,6 +39,10 @@ PROGRAMS = [
      {"d_model": 64, "downsample_hidden_size": 32, "conv_out_dim": 320},
      {"d_model = 1024": "d_model = 64", "downsample_hidden_size = 384": "downsample_hidden_size = 32",
       "conv_out_dim = 3840": "conv_out_dim = 320"}),
+    (EX / "pipeline_conv_resblock_final.ucut", "L2_078_fused_final_layer_upsample_with_adaptive_norm",
+     {"hidden_size": 128, "emb_channels": 128, "hidden_channels": 96},
+     {"hidden_size = 4096": "hidden_size = 128", "emb_channels = 4096": "emb_channels = 128",
+      "hidden_channels = 3072": "hidden_channels = 96"}),
 ]
 
 

@@ -211,7 +211,7 @@ class PipelineBinding:
             if len(args) != len(names_in) + len(names_out):
                 raise TypeError(f"expected {len(names_in) + len(names_out)} arguments "
                                 f"({', '.join(names_in + names_out)}), got {len(args)}")
-            env = dict(self._axes_of(args[:len(names_in)]))
+            env = dict(self._axes_of(args[:len(names_in)], args[len(names_in):]))
             env.update(zip(names_in, args[:len(names_in)]))
             call_outputs[:] = args[len(names_in):]
             flow = Flow(self, env, run_kernel)
@@ -251,12 +251,13 @@ class PipelineBinding:
                     found[id(call)] = index
         return found
 
-    def _axes_of(self, inputs: Sequence[Any]) -> dict[str, int]:
-        """The problem's axes read from a call's input shapes (const and var axes; expr axes evaluated)."""
+    def _axes_of(self, inputs: Sequence[Any], outputs: Sequence[Any] = ()) -> dict[str, int]:
+        """The problem's axes read from a call's input shapes and then its output buffers' (an axis only an output
+        has: L2_078's token_h, L2_015's time_after_conv); const and var axes, expr axes evaluated."""
         import torch
 
         given: dict[str, int] = {}
-        for spec, value in zip(self.problem.inputs.values(), inputs):
+        for spec, value in [*zip(self.problem.inputs.values(), inputs), *zip(self.problem.outputs.values(), outputs)]:
             if spec.shape is None or not isinstance(value, torch.Tensor):
                 continue
             for dim, size in zip(spec.shape, value.shape):
