@@ -92,6 +92,29 @@ def test_conv_programs_pass_emulated_on_the_cpu_with_small_extents(path, pid, co
     assert r.status is Status.PASSED, r.log
 
 
+def test_a_wrong_conv_program_fails_the_grader(tmp_path):
+    """L2_015 with the conv output flattened as [time, freq, channels] (the reference's is [time, channels, freq]):
+    the shape is right, the values are not."""
+    path, pid, consts, constants = PROGRAMS[1]
+    wrong = path.read_text().replace("x.permute(0, 2, 3, 1).reshape(", "x.permute(0, 2, 1, 3).reshape(")
+    assert wrong != path.read_text()
+    small = _shrunk(_problem(pid), consts, constants, tmp_path / pid)
+    with Grader(small, device="cpu", **FAST) as g:
+        (r,) = g.grade(emulated_solution(wrong, str(path), None, path.stem, pipeline=None), list(small.workloads))
+    assert r.status is Status.INCORRECT_NUMERICAL, r.log
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path, pid", [p[:2] for p in PROGRAMS], ids=[p[0].stem for p in PROGRAMS])
+def test_conv_programs_pass_emulated_on_the_gpu(path, pid):
+    """At full size, emulated (the kernels as torch ops) on the GPU: the program's meaning, without nvcc."""
+    problem = _problem(pid)
+    sol = emulated_solution(path.read_text(), str(path), None, path.stem, pipeline=None)
+    with Grader(problem, device="cuda", **FAST) as g:
+        (r,) = g.grade(sol, [_smallest(problem)])
+    assert r.status is Status.PASSED, r.log
+
+
 @pytest.mark.gpu
 @pytest.mark.nvcc
 @pytest.mark.parametrize("path, pid", [p[:2] for p in PROGRAMS], ids=[p[0].stem for p in PROGRAMS])
