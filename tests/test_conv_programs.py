@@ -155,3 +155,14 @@ def test_the_reference_may_return_a_strided_output():
         write_returned(result, [buf], ["out"])
     write_returned(result, [buf], ["out"], strided=True)
     assert torch.equal(buf, result)
+
+
+def test_check_reports_a_conv_pipeline_that_does_not_flow(capsys, tmp_path):
+    """`check --problem` prints the step's positioned error and exits 1 (it crashed before: alignment decided for
+    kernels whose pipeline had no extents)."""
+    path, pid = PROGRAMS[1][:2]
+    bad = tmp_path / path.name
+    bad.write_text(path.read_text().replace("time_after_conv, conv_out_dim)", "time_after_conv, d_model)"))
+    assert main(["check", str(bad), "--problem", pid, "--problems", str(SHARED_SOL_EXECBENCH)]) == 1
+    out = capsys.readouterr()
+    assert ".reshape() refuses its arguments" in out.out + out.err and f"{bad}:22:10: error" in out.out + out.err

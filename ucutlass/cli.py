@@ -167,7 +167,8 @@ def cmd_check(args) -> int:
             text += [d.format(program.source) for d in e.diagnostics]
             continue
         decide = None
-        if args.problem:  # alignment and swap_ab `auto` per combination, for every workload, as `tune` decides them
+        if args.problem and all_ext != [None]:  # alignment and swap_ab `auto` per combination, for every workload,
+            # as `tune` decides them (none where the kernel's pipeline did not bind: its diagnostic says why)
             from .bind import resolve_auto
 
             decide = functools.partial(resolve_auto, extents=all_ext)
