@@ -85,7 +85,8 @@ def _grade(source: str, file: str, pid: str, device: str = "cpu"):
 
 
 def test_every_pipeline_example_is_tested():
-    shipped = sorted(EX.glob("pipeline_*.ucut"))
+    shipped = sorted(p for p in EX.glob("pipeline_*.ucut") if not p.name.startswith("pipeline_conv_"))  # conv:
+    # tests/test_conv_programs.py
     assert shipped and sorted(p for p, _ in ALL) == shipped
 
 

@@ -90,7 +90,8 @@ class PipelineBinding:
                 flow.fail("bad-call", f"argument {port.name} of {kc.call.target} is {describe_args([v])}, not a tensor "
                           "or scalar", kc.call.pos)
         try:
-            outs = kernel_output_shapes(kc.inputs, kc.outputs, {k: v[0] if v else None for k, v in shapes.items()})
+            outs = kernel_output_shapes(kc.inputs, kc.outputs, {k: v[0] if v else None for k, v in shapes.items()},
+                                        kc.kernel)
         except ValueError as e:
             flow.fail("bad-step", f"{kc.call.target}({describe_args(values)}): {e}", kc.call.pos)
         for port in kc.outputs:
@@ -194,7 +195,7 @@ class PipelineBinding:
             if outs is None:
                 shapes = {p.name: (tuple(a.shape) if isinstance(a, torch.Tensor) else None)
                           for p, a in zip(kc.inputs, args)}
-                sizes = kernel_output_shapes(kc.inputs, kc.outputs, shapes)
+                sizes = kernel_output_shapes(kc.inputs, kc.outputs, shapes, kc.kernel)
                 outs = [torch.empty(sizes[p.name], dtype=getattr(torch, dtype_name(p.dtype)), device=key[2])
                         for p in kc.outputs]
                 buffers[key] = outs
@@ -210,7 +211,7 @@ class PipelineBinding:
             if len(args) != len(names_in) + len(names_out):
                 raise TypeError(f"expected {len(names_in) + len(names_out)} arguments "
                                 f"({', '.join(names_in + names_out)}), got {len(args)}")
-            env = dict(self._axes_of(args[:len(names_in)]))
+            env = dict(self._axes_of(args[:len(names_in)], args[len(names_in):]))
             env.update(zip(names_in, args[:len(names_in)]))
             call_outputs[:] = args[len(names_in):]
             flow = Flow(self, env, run_kernel)
@@ -250,12 +251,13 @@ class PipelineBinding:
                     found[id(call)] = index
         return found
 
-    def _axes_of(self, inputs: Sequence[Any]) -> dict[str, int]:
-        """The problem's axes read from a call's input shapes (const and var axes; expr axes evaluated)."""
+    def _axes_of(self, inputs: Sequence[Any], outputs: Sequence[Any] = ()) -> dict[str, int]:
+        """The problem's axes read from a call's input shapes and then its output buffers' (an axis only an output
+        has: L2_078's token_h, L2_015's time_after_conv); const and var axes, expr axes evaluated."""
         import torch
 
         given: dict[str, int] = {}
-        for spec, value in zip(self.problem.inputs.values(), inputs):
+        for spec, value in [*zip(self.problem.inputs.values(), inputs), *zip(self.problem.outputs.values(), outputs)]:
             if spec.shape is None or not isinstance(value, torch.Tensor):
                 continue
             for dim, size in zip(spec.shape, value.shape):

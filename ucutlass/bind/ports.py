@@ -9,7 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..ir import DType, EpilogueInput, EpilogueOutput, Layout, Operand, Pos, Scale
+from ..ir import (ConvKernel, DType, EpilogueInput, EpilogueOutput, Layout, Operand, Pos, Scale, output_extent,
+                  spatial_of)
 
 #: Operands that a kernel writes (the rest of its operands are read).
 OUTPUT_OPERANDS = ("d", "o", "lse")
@@ -63,12 +64,15 @@ def _dim_size(dim: str, sizes: Mapping[str, int]) -> int | None:
 
 
 def kernel_output_shapes(inputs: Sequence[Port], outputs: Sequence[Port],
-                         shapes: Mapping[str, tuple[int, ...] | None]) -> dict[str, tuple[int, ...]]:
+                         shapes: Mapping[str, tuple[int, ...] | None],
+                         kernel: Any = None) -> dict[str, tuple[int, ...]]:
     """The shape of each output of a kernel call, from its arguments' shapes (``{port name: shape}``).
 
     Each declared dim takes its extent from the arguments (``[M, K]`` reading ``[2, 128, 4096]``: M = 256); leading
     dims that fold into an argument's first mode come back on an output whose first mode is the same
-    (``d : bf16[M, N]`` is ``[2, 128, N]``).
+    (``d : bf16[M, N]`` is ``[2, 128, N]``). A conv ``kernel`` (:class:`ucutlass.ir.ConvKernel`) gives each output
+    spatial extent from the activation's and the filter's by its stride, padding and dilation (``d : [N, Q, K]`` of
+    ``a : [N, W, C]``, ``b : [K, S, C]``: Q = (W + 2·padding - dilation·(S - 1) - 1) // stride + 1).
 
     Raises:
         ValueError: an output dim no argument gives.
@@ -90,6 +94,12 @@ def kernel_output_shapes(inputs: Sequence[Port], outputs: Sequence[Port],
             name, _, div = dim.partition("/")
             if not dim.isdigit():
                 sizes.setdefault(name, size * int(div) if div else size)
+    if isinstance(kernel, ConvKernel):
+        for i, (size, window, made) in enumerate(zip(spatial_of(kernel.a.dims), spatial_of(kernel.b.dims),
+                                                     spatial_of(kernel.d.dims))):
+            if made not in sizes and size in sizes and window in sizes:
+                sizes[made] = output_extent(sizes[size], sizes[window], kernel.stride[i], kernel.padding[i],
+                                            kernel.dilation[i])
     out = {}
     for port in outputs:
         dims = []
