@@ -106,3 +106,10 @@ def test_without_a_kernel_ucut_the_reference_suggests_families():
     assert sections["Attention"] not in gemm.text and sections["Grouped GEMM"] not in gemm.text
     fitted = build_prompt(find_problem("L1_067_flash_attention_gqa_ultralong", [str(SHARED)]), max_tokens=LIMIT)
     assert fitted.tokens <= LIMIT and sections["Attention"] in fitted.text
+    # a problem with no kernel.ucut may need several kernels and torch steps: the Pipelines section is there
+    assert sections["Pipelines"] in attention.text and "pipeline NAME" in attention.text
+
+
+def test_a_shipped_single_kernel_problem_gets_no_pipelines_section():
+    prompt = build_prompt(find_problem("o_proj_residual_llama3_1_8b"), sol=False)
+    assert card_sections()["Pipelines"] not in prompt.text

@@ -45,6 +45,8 @@ FAMILY_HINTS = {
 }
 #: Extra sections by what a problem holds: FP8 inputs, a target of sm100.
 FP8_SECTION, SM100_SECTION = "FP8 and block-scaled GEMM", "Blackwell (sm100)"
+#: The card section of `pipeline NAME { … }` blocks (kernels feeding one another, torch steps, views).
+PIPELINES_SECTION = "Pipelines"
 #: Sections dropped first under --max-tokens (least useful first); the rest are kept.
 CARD_TRIM_ORDER = ("Words", "Dispatch", SM100_SECTION, "Errors", "Choices", FP8_SECTION)
 #: Workload rows shown in the SOL table (evenly spread, smallest and largest included).
@@ -268,7 +270,9 @@ def build_parts(problem, *, gpu: str = "h200", study: str | Path | None = None, 
         f"# Task: a fast .ucut program for {problem.id}",
         f"Write a `.ucut` program (kernel families: {', '.join(families)}; target {target}) whose kernels bind to "
         "the problem's inputs (`<- name`) and outputs (`-> name`), pass every workload within tolerance and run "
-        "as close to T_SOL as you can. `{a, b}` choices are searched by `ucutlass tune`; a graded program is "
+        "as close to T_SOL as you can (a problem that is more than one kernel is one `pipeline NAME { … }` "
+        "over the file's kernels and allow-listed torch steps). `{a, b}` choices are searched by `ucutlass tune`; "
+        "a graded program is "
         "concrete. Tools (`ucutlass mcp`, or the same commands): problem, sol, card, check, compile, grade "
         "(emulate on a CPU), tune, best.",
     ]))]
@@ -286,6 +290,10 @@ def build_parts(problem, *, gpu: str = "h200", study: str | Path | None = None, 
     wanted: list[str] = [""]
     for fam in families:
         wanted += [s for s in CARD_SECTIONS.get(fam, CARD_SECTIONS["gemm"]) if s not in wanted]
+    # Without a kernel.ucut the problem may be a chain of kernels and torch steps, which only a pipeline expresses
+    # (SOL-ExecBench: 107 of 235 problems); a program that has pipelines needs their section too.
+    if program is None or getattr(program, "pipelines", None):
+        wanted.append(PIPELINES_SECTION)
     fp8 = any("float8" in s.dtype for s in problem.inputs.values())
     if fp8:
         wanted.append(FP8_SECTION)
