@@ -95,6 +95,18 @@ def _picks(program, pick_args: Sequence[str], kernel: str | None = None):
         raise UcutError(f"--pick: {e.args[0]}") from None
 
 
+def _copy_builds(results, out: Path) -> list:
+    """Copy each successful build's ``.so`` and ``.cu`` into ``out`` as NAME.so / NAME.cu; the builds copied."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    done = [r for r in results if r.ok]
+    for r in done:
+        shutil.copy2(r.so_path, out / f"{r.name}.so")
+        shutil.copy2(r.source_path, out / f"{r.name}.cu")
+    return done
+
+
 def _steps(pipeline) -> str:
     """``1 step`` / ``N steps``."""
     n = len(pipeline.steps)
@@ -330,25 +342,13 @@ def cmd_compile(args) -> int:
         from .agents.feedback import build_entry, document
 
         if out:
-            import shutil
-
-            out.mkdir(parents=True, exist_ok=True)
-            for r in results:
-                if r.ok:
-                    shutil.copy2(r.so_path, out / f"{r.name}.so")
-                    shutil.copy2(r.source_path, out / f"{r.name}.cu")
+            _copy_builds(results, out)
         print(json.dumps(document("compile", not failed, file=args.file, emit_only=False,
                                   kernels=[build_entry(r) for r in results]), indent=2))
         return 1 if failed else 0
     if out:
-        import shutil
-
-        out.mkdir(parents=True, exist_ok=True)
-        for r in results:
-            if r.ok:
-                shutil.copy2(r.so_path, out / f"{r.name}.so")
-                shutil.copy2(r.source_path, out / f"{r.name}.cu")
-                print(out / f"{r.name}.so")
+        for r in _copy_builds(results, out):
+            print(out / f"{r.name}.so")
     else:
         for r in results:
             if r.ok:
