@@ -160,7 +160,9 @@ def ground_truth(problem, module, inputs: Mapping[str, Any]) -> tuple[dict[str, 
         try:
             out = problem.run_reference(up, module=module)
             return {k: torch.as_tensor(v) for k, v in out.items()}, str(dt).replace("torch.", "")
-        except Exception as e:  # the reference may not support the dtype: try the next, else skip
+        except Exception as e:  # the reference may not support the dtype (or fit in memory): the next, else skip
+            if any(v.is_cuda for v in floats):
+                torch.cuda.empty_cache()  # what a float64 run that ran out of memory left cached
             notes.append(f"{str(dt).replace('torch.', '')}: {type(e).__name__}: {str(e)[:120]}")
     return None, "reference fails in higher precision (" + "; ".join(notes) + ")"
 

@@ -111,4 +111,35 @@ def compare(out, ref, tolerance, name: str = "output") -> Comparison:
                       matched_ratio=matched_ratio, nonfinite=nonfinite, numel=numel, reason=reason)
 
 
-__all__ = ["poison_value", "poison", "empty_poisoned", "compare", "Comparison", "REL_EPS"]
+def tolerance_against_truth(out, ref, truth, tolerance, name: str = "output") -> tuple[bool, str]:
+    """When ``out`` misses the tolerance against the reference ``ref``: does it meet it against the truth?
+
+    The problem's tolerance is set for the problem's own inputs; on the grader's adversarial inputs
+    (heavy-tailed, structured: :mod:`.inputs`) the reference's own rounding can take up most of that tolerance
+    of the ground truth ``truth`` (the reference run in float64), and then an honest candidate that rounds
+    differently misses it against the reference although it is closer to the truth. Measured on the H200,
+    L2_015 (three stride-2 bf16 convs, a K = 3840 projection) on a structured input: the compiled pipeline
+    97.7% within the tolerance of torch's output (98% required), but 99.2% within it of the truth, where torch
+    itself is 98.4%. Such an output passes when the candidate meets the tolerance against the truth, or
+    matches the truth at least as well as the reference does; the accuracy check against the truth
+    (:mod:`.accuracy`: mean and sparse errors) still follows.
+
+    Args:
+        out, ref: the candidate's and the reference's output (same shape, any float dtype).
+        truth: the ground truth (float64 or float32) or None.
+        tolerance: the workload's ``Tolerance``.
+
+    Returns:
+        ``(ok, note)``: ``ok`` when the candidate meets the tolerance against the truth or does no worse
+        there than the reference; ``note`` says both ratios (empty without a ground truth).
+    """
+    if truth is None:
+        return False, ""
+    r, c = compare(ref, truth, tolerance, name), compare(out, truth, tolerance, name)
+    note = (f"{name} against the ground truth: candidate {c.matched_ratio:.4%}, reference {r.matched_ratio:.4%} "
+            f"within atol={tolerance.max_atol:g}, rtol={tolerance.max_rtol:g}")
+    ok = c.nonfinite == 0 and (c.ok or (r.nonfinite == 0 and c.matched_ratio >= r.matched_ratio))
+    return ok, note
+
+
+__all__ = ["poison_value", "poison", "empty_poisoned", "compare", "Comparison", "REL_EPS", "tolerance_against_truth"]

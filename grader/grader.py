@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ucutlass.problem import Problem, Workload, torch_dtype
 
 from .accuracy import ACCURACY_FACTOR, check_accuracy
-from .check import compare, empty_poisoned
+from .check import compare, empty_poisoned, tolerance_against_truth
 from .errors import GraderError
 from .guards import wall_verdict
 from .sandbox import own_run_delay_seconds, run_delay_seconds
@@ -415,11 +415,18 @@ class Grader:
         """
         limit = self.timeout_s if timeout is None else timeout
         r = self._worker("reference").request(msg, limit)
+        trimmed = ""
+        if not r.ok and r.status == Status.RUNTIME_ERROR.value and "out of memory" in r.reason.lower():
+            # Memory the other processes' caching allocators keep from earlier workloads (L2_055's batch 80 on
+            # the H200): given back, the request runs once more.
+            trimmed = self._trim()
+            r = self._worker("reference").request(msg, limit)
         if r.ok:
             return r
         self._after_failure("reference", r)
         if r.status in (Status.RUNTIME_ERROR.value, Status.COMPILE_ERROR.value):
-            raise GraderError(f"{self.problem.id}: the problem's code fails {what}: {r.reason}")
+            raise GraderError(f"{self.problem.id}: the problem's code fails {what}: {r.reason}"
+                              + (f" (also after the grader freed cached GPU memory: {trimmed})" if trimmed else ""))
         if r.status == Status.TIMEOUT.value:
             why = (f"did not finish within {limit:g} s (it hangs, or needs a longer deadline: ucutlass grade "
                    "--timeout SECONDS, Grader(timeout_s=…))")
@@ -483,6 +490,8 @@ class Grader:
         """The ground truth (:func:`.accuracy.ground_truth`, run in the reference worker): outputs by name
         or None, and the dtype used or why there is none."""
         what = f"computing the ground truth of {workload.label()}"
+        if self.device.type == "cuda":
+            self._trim()  # float64 needs several times the reference's memory: the candidate's cache given back
         shared = [self._share(v.detach().clone()) if _is_tensor(v) else v for v in inputs.values()]
         self._sync()
         r = self._problem_request({"op": "reference", "inputs": shared, "upcast": True}, what)
@@ -573,6 +582,25 @@ class Grader:
         expected_s = (p.warmup_ms + p.rep_ms) / 1e3 + (p.min_reps + 2 + self.rotate) * call_ms / 1e3
         return self.timeout_s + 3.0 * expected_s
 
+    def _trim(self) -> str:
+        """Every process of this grader gives its cached, unused GPU memory back; returns what each still holds."""
+        import gc
+
+        held = []
+        for role, w in list(self._workers.items()):
+            if w is not None and w.ready and w.alive():
+                r = w.request({"op": "trim"}, self.timeout_s)
+                if r.ok:
+                    held.append(f"{role} worker {int(r.data.get('reserved_bytes', 0)) / 2**30:.1f} GiB")
+        gc.collect()
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.ipc_collect()
+            torch.cuda.empty_cache()
+            held.append(f"grader {torch.cuda.memory_reserved(self.device) / 2**30:.1f} GiB")
+        return "reserved " + ", ".join(held)
+
     def _collect(self) -> None:
         if self.device.type == "cuda":
             import torch
@@ -627,6 +655,8 @@ class Grader:
         nonce = f"{key}/{self._graded[key]}"
         results = []
         for i, wl in enumerate(wls):
+            if i and self.device.type == "cuda":
+                self._trim()  # the last workload's cached blocks, in every process, before this one allocates
             res = self._grade_workload(solution, wl, timed, nonce)
             changed = self._problem_files_changed()
             if changed:  # the candidate got past the confinement (or there was none): never a pass
@@ -804,19 +834,27 @@ class Grader:
                label: str) -> None:
         """Tolerance (INCORRECT_NUMERICAL), then accuracy against the ground truth (INCORRECT_ACCURACY)."""
         ref = self._reference(inputs, wl)
-        reason = ""
+        missed = []
         for name, buf in zip(self.problem.outputs, got):
             c = compare(buf, ref[name], tol, name)
             tally.abs = max(tally.abs, c.max_absolute_error)
             tally.rel = max(tally.rel, c.max_relative_error)
             tally.ratio = min(tally.ratio, c.matched_ratio)
-            if not c.ok and not reason:
-                reason = c.reason
-        if reason:
-            raise _Fail(Status.INCORRECT_NUMERICAL, f"{label}: {reason}", with_correctness=True)
+            if not c.ok:
+                missed.append((name, buf, c.reason))
+        truth, how = self._truth(inputs, wl) if self.accuracy and missed else (None, "")
+        for name, buf, reason in missed:
+            # Against the reference, the reference's own rounding counts against the candidate: judged against the truth.
+            ok, note = tolerance_against_truth(buf, ref[name], truth.get(name) if truth else None, tol, name)
+            if not ok:
+                raise _Fail(Status.INCORRECT_NUMERICAL, f"{label}: {reason}" + (f" ({note})" if note else ""),
+                            with_correctness=True)
+            tally.acc["tolerance_against_truth"] = tally.acc.get("tolerance_against_truth", 0) + 1
+            tally.acc.setdefault("tolerance_against_truth_note", f"{label}: {note}")
         if not self.accuracy:
             return
-        truth, how = self._truth(inputs, wl)
+        if not missed:
+            truth, how = self._truth(inputs, wl)
         tally.acc["ground_truth"] = how
         for name, buf in zip(self.problem.outputs, got):
             a = check_accuracy(buf, ref[name], truth.get(name) if truth else None, name)

@@ -216,11 +216,13 @@ class _State:
 
     def handle(self, msg: dict) -> dict:
         op = msg.get("op")
-        if op not in ("wall", "info"):
+        if op not in ("wall", "info", "trim"):
             self.timing = None  # the last timing run's sets are no longer needed: let the parent free them
         try:
             if op == "info":
                 return self.info()
+            if op == "trim":
+                return self.trim()
             if op == "load":
                 reply = self.load(msg["solution"])
             elif op == "call":
@@ -259,6 +261,19 @@ class _State:
             props = torch.cuda.get_device_properties(self.device)
             d.update(device_name=props.name, l2_bytes=int(getattr(props, "L2_cache_size", 0) or 0))
         return d
+
+    def trim(self) -> dict:
+        """Give the GPU memory torch's caching allocator holds but no tensor uses back to the device, so that
+        another process (the reference's worker, the candidate's) can allocate it."""
+        import gc
+
+        import torch
+
+        gc.collect()
+        if self.device.type != "cuda":
+            return {"ok": True, "reserved_bytes": 0}
+        torch.cuda.empty_cache()
+        return {"ok": True, "reserved_bytes": int(torch.cuda.memory_reserved(self.device))}
 
     def load(self, ref) -> dict:
         from .solutions import resolve_loader
@@ -420,6 +435,11 @@ class _State:
                 raise _Failure(RUNTIME_ERROR, f"nothing held under {name!r}")
             buf.copy_(held[name].reshape(buf.shape))
         self.prims.sync()
+        del held
+        if self.device.type == "cuda":  # the problem's own peak (a float64 ground truth: tens of GB at L2_055's
+            import torch                # batch 80) is given back, for the candidate's worker to allocate
+
+            torch.cuda.empty_cache()
         return {"ok": True}
 
     # -- guards and CUDA health ------------------------------------------------------------------------

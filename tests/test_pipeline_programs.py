@@ -381,3 +381,53 @@ def test_compiled_pipelines_pass_the_grader(path, pid, capsys):
     if code != 0 and (path, pid) in KNOWN_DIFFERENT:
         pytest.xfail(f"KNOWN_DIFFERENT (bf16 scores in the reference):\n{out.out[-2000:]}")
     assert code == 0, out.out + out.err
+
+
+def test_cuda_graphs_leave_cpu_calls_eager():
+    """runtime.graphs.CudaGraphed passes CPU tensors straight to the pipeline and forwards its attributes."""
+    from ucutlass.runtime.graphs import CudaGraphed
+
+    problem = _problem(CPU_PIPELINES[0][1])
+    fn = CudaGraphed(emulate_pipeline(parse_file(CPU_PIPELINES[0][0]), problem))
+    w = _smallest(problem)
+    inputs = problem.make_inputs(w, seed=2)
+    outs = [torch.empty(s, dtype=torch.bfloat16) for s in problem.output_shapes(w).values()]
+    for _ in range(3):
+        fn(*inputs.values(), *outs)
+    assert fn.replays == 0 and not fn.graphs and len(fn.buffers) == 3 and fn.pipeline is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_a_compiled_pipeline_replays_as_a_cuda_graph(kernel_cache, monkeypatch):
+    """From its second call with the same tensors a compiled pipeline is one CUDA graph replay: the same bits as
+    the eager call; other tensors are captured once more; UCUTLASS_CUDA_GRAPHS=0 keeps every call eager."""
+    import ucutlass.runtime as runtime
+    from ucutlass.build import build_kernels
+    from ucutlass.solution import pipeline_solution
+
+    path, pid = CPU_PIPELINES[0]
+    problem, program = _problem(pid), parse_file(path)
+    kernels = {kc.bound_kernel.build_digest(): kc.bound_kernel for kc in bind_pipeline(program, problem).kernel_calls()}
+    built = build_kernels(list(kernels.values()), root=kernel_cache, timeout_s=900)
+    assert all(r.ok for r in built), [r.error for r in built]
+    sol = pipeline_solution({d: str(r.so_path) for d, r in zip(kernels, built)}, program.source, str(path), "p")
+    fn = runtime.load_solution(sol.payload, problem)
+    w = max(problem.workloads, key=lambda w: problem.resolve_axes(w).get("seq_len", 0))
+    sets = [problem.make_inputs(w, device="cuda", seed=s) for s in (1, 2)]
+    outs = [[torch.full(s, float("nan"), dtype=torch.bfloat16, device="cuda")
+             for s in problem.output_shapes(w).values()] for _ in sets]
+    fn.fn(*sets[0].values(), *outs[0])  # eager, straight through the pipeline
+    want = [o.clone() for o in outs[0]]
+    for i in range(3):
+        for o in outs[0]:
+            o.fill_(float("nan"))
+        fn(*sets[0].values(), *outs[0])
+        assert all(torch.equal(a, b) for a, b in zip(outs[0], want)), f"call {i}"
+    assert fn.replays == 2 and len(fn.graphs) == 1 and not fn.eager_reason
+    for _ in range(3):
+        fn(*sets[1].values(), *outs[1])
+    assert fn.replays == 4 and len(fn.graphs) == 2
+    monkeypatch.setenv("UCUTLASS_CUDA_GRAPHS", "0")
+    fn(*sets[0].values(), *outs[0])
+    assert fn.replays == 4

@@ -258,3 +258,74 @@ def test_unlisted_shape_is_skipped_where_the_problem_cannot_make_it(tmp_path):
     with Grader(problem, device="cpu", unlisted_shapes=False, **FAST) as g:
         (r,) = g.grade(solution("gemm_honest"), timed=False)
         assert r.status is Status.PASSED and "unlisted_shape" not in r.checks
+
+
+# --- a tolerance the reference itself misses -----------------------------------------------------------
+
+def _bf16_gemm_problem(tmp_path, rtol: float):
+    """gemm_bias in bf16 with an rtol below bf16's spacing: the reference (product and sum each rounded to bf16)
+    is itself outside that tolerance of the float64 truth on many elements."""
+    import shutil
+
+    from grader_helpers import DATA
+
+    from ucutlass.problem import load_problem
+
+    folder = tmp_path / "gemm_bf16_tight"
+    shutil.copytree(DATA / "gemm_bias", folder)
+    d = json.loads((folder / "definition.json").read_text())
+    for spec in (*d["inputs"].values(), *d["outputs"].values()):
+        spec["dtype"] = "bfloat16"
+    (folder / "definition.json").write_text(json.dumps(d))
+    (folder / "workload.jsonl").write_text(json.dumps({"uuid": "m64", "axes": {"M": 64}, "inputs": {
+        k: {"type": "random"} for k in ("A", "B", "bias")},
+        "tolerance": {"max_atol": 0.0, "max_rtol": rtol, "required_match_ratio": 0.99}}) + "\n")
+    return load_problem(folder)
+
+
+def test_a_tolerance_the_reference_misses_is_judged_against_the_truth(tmp_path):
+    """Rounded once, the candidate misses rtol 1e-3 against the twice-rounded reference on many elements, but
+    matches the float64 truth at least as well as the reference does: PASSED, and the record says so. A wrong
+    bias and the reference's own twin are judged as before."""
+    problem = _bf16_gemm_problem(tmp_path, rtol=1e-3)
+    with Grader(problem, device="cpu", **FAST) as g:
+        (r,) = g.grade(solution("gemm_bf16_rounded_once"), timed=False)
+        assert r.status is Status.PASSED, r.log
+        assert r.correctness.accuracy["tolerance_against_truth"] >= 1
+        assert "against the ground truth: candidate" in r.correctness.accuracy["tolerance_against_truth_note"]
+        (w,) = g.grade(solution("gemm_wrong_bias"), timed=False)
+        assert w.status is Status.INCORRECT_NUMERICAL and "against the ground truth" in w.log, w.log
+    with Grader(problem, device="cpu", accuracy=False, **FAST) as g:  # no truth: the tolerance as written
+        (r,) = g.grade(solution("gemm_bf16_rounded_once"), timed=False)
+        assert r.status is Status.INCORRECT_NUMERICAL, r.log
+
+
+def test_a_reference_out_of_memory_runs_again_after_the_workers_trim(tmp_path):
+    """The reference's first call fails as CUDA does when other processes hold the memory: the grader has every
+    worker give cached memory back and asks once more (L2_055's batch 80 on the H200). A reference that keeps
+    failing is still a broken problem, and the message says the memory was freed first."""
+    import shutil
+
+    from grader_helpers import DATA
+
+    from ucutlass.grader import GraderError
+    from ucutlass.problem import load_problem
+
+    def problem(times: int):
+        folder = tmp_path / f"oom{times}"
+        shutil.copytree(DATA / "gemm_bias", folder)
+        d = json.loads((folder / "definition.json").read_text())
+        d["reference"] = ("import torch\n\nCALLS = [0]\n\n\ndef run(A, B, bias):\n    CALLS[0] += 1\n"
+                          f"    if CALLS[0] <= {times}:\n"
+                          "        raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 13.41 GiB')\n"
+                          "    return torch.matmul(A, B.T) + bias\n")
+        (folder / "definition.json").write_text(json.dumps(d))
+        return load_problem(folder)
+
+    with Grader(problem(1), device="cpu", **FAST) as g:
+        assert g._trim().startswith("reserved")  # no worker yet: nothing to ask
+        (r,) = g.grade(solution("gemm_honest"), [0], timed=False)
+        assert r.status is Status.PASSED, r.log
+    with Grader(problem(10**6), device="cpu", **FAST) as g:
+        with pytest.raises(GraderError, match="also after the grader freed cached GPU memory"):
+            g.grade(solution("gemm_honest"), [0], timed=False)

@@ -4,7 +4,8 @@ The pipeline is bound to the problem (shapes flow, each kernel call bound as :fu
 it), each bound kernel is loaded from the .so built from it (found by its build digest: one .so serves every call of
 the same bound kernel), and :meth:`ucutlass.bind.PipelineBinding.callable` gives one destination-passing
 ``fn(*inputs, *outputs)``: kernel outputs are allocated once per tuple of argument shapes and reused, every kernel and
-torch step runs on torch's current stream, torch steps go through the allow-list.
+torch step runs on torch's current stream, torch steps go through the allow-list; on a GPU the call is replayed as a
+CUDA graph from its second call with the same arguments (:mod:`.graphs`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Callable, Mapping
 from ..bind import bind_pipeline
 from ..errors import KernelRuntimeError
 from .base import KernelLauncher
+from .graphs import CudaGraphed
 
 
 def load_pipeline(program: Any, problem: Any, so_paths: Mapping[str, str | os.PathLike], name: str | None,
@@ -29,7 +31,8 @@ def load_pipeline(program: Any, problem: Any, so_paths: Mapping[str, str | os.Pa
         load_kernel: ``(so_path, kernel) -> launcher`` (:func:`ucutlass.runtime.load_kernel`).
 
     Returns:
-        A destination-passing ``fn(*inputs, *outputs)`` in the problem's order; ``fn.pipeline`` is the binding.
+        A destination-passing ``fn(*inputs, *outputs)`` in the problem's order (a :class:`.graphs.CudaGraphed`);
+        ``fn.pipeline`` is the binding.
 
     Raises:
         CheckError: the pipeline does not bind. KernelRuntimeError: a bound kernel has no .so in ``so_paths``.
@@ -46,4 +49,4 @@ def load_pipeline(program: Any, problem: Any, so_paths: Mapping[str, str | os.Pa
             loaded[digest] = load_kernel(so_paths[digest], kernel)
         return loaded[digest]
 
-    return binding.callable(load)
+    return CudaGraphed(binding.callable(load))
