@@ -175,7 +175,7 @@ class PipelineBinding:
                 :meth:`ucutlass.bind.Binding.callable` takes.
 
         Returns:
-            ``fn``; its intermediates (kernel outputs) are allocated once per tuple of argument shapes and reused.
+            ``fn`` (``fn.on_step``: a hook called around each step, None by default); its intermediates (kernel outputs) are allocated once per tuple of argument shapes and reused.
         """
         import torch
 
@@ -215,8 +215,15 @@ class PipelineBinding:
             env.update(zip(names_in, args[:len(names_in)]))
             call_outputs[:] = args[len(names_in):]
             flow = Flow(self, env, run_kernel)
-            for i, step in enumerate(self.pipeline.steps):
-                flow.run_step(i, step)
+            hook = fn.on_step  # type: ignore[attr-defined]
+            if hook is None:
+                for i, step in enumerate(self.pipeline.steps):
+                    flow.run_step(i, step)
+            else:
+                for i, step in enumerate(self.pipeline.steps):
+                    hook(i, "start")
+                    flow.run_step(i, step)
+                    hook(i, "end")
             for out, v in zip(args[len(names_in):], self.pipeline.returns):
                 value = flow.value(v)
                 if not (value.data_ptr() == out.data_ptr() and value.shape == out.shape
@@ -224,6 +231,9 @@ class PipelineBinding:
                     out.copy_(value)
 
         fn.pipeline = self  # type: ignore[attr-defined]
+        #: ``on_step(step index, "start" | "end")`` around each step of a call (a step report times them: CUDA
+        #: events on the GPU, :mod:`ucutlass.search.pipeline_report`); None (the default) costs one attribute read.
+        fn.on_step = None  # type: ignore[attr-defined]
         fn.buffers = buffers  # type: ignore[attr-defined]  # {(call, argument shapes, device): outputs}
         return fn
 
