@@ -103,7 +103,7 @@ def step_report(fn: Callable[..., None], problem: Any, workloads: Sequence[Workl
     out = []
     for w in workloads:
         inputs = problem.make_inputs(w, device=device)
-        args = [*inputs.values(), *_empty_outputs(problem, w, device)]
+        args = [*inputs.values(), *empty_outputs(problem, w, device)]
         ms = time_steps(fn, args, reps=reps, warmup=warmup)
         total = sum(ms)
         sol = t_sol_ms(w) if t_sol_ms else None
@@ -117,7 +117,8 @@ def step_report(fn: Callable[..., None], problem: Any, workloads: Sequence[Workl
     return out
 
 
-def _empty_outputs(problem: Any, w: Workload, device: str) -> list[Any]:
+def empty_outputs(problem: Any, w: Workload, device: str) -> list[Any]:
+    """Uninitialized tensors for the problem's outputs on workload ``w`` (the callable's destinations)."""
     import torch
 
     from ucutlass.problem import torch_dtype
@@ -152,8 +153,8 @@ def workload_table(result: PipelineTuneResult) -> str:
             speedups.append(sp)
         cells = [f"{v:9.4f}" if v else f"{'-':>9}" for v in (o.latency_ms, o.reference_ms, o.t_sol_ms)]
         ratio = f"{o.latency_ms / o.t_sol_ms:7.2f}" if o.latency_ms and o.t_sol_ms else f"{'-':>7}"
-        lines.append(f"{o.workload.label()[:44]:<44} {o.status:<10} {' '.join(cells)} "
-                     f"{(f'{sp:8.2f}' if sp else '-':>8)} {ratio}")
+        speed = f"{sp:8.2f}" if sp else f"{'-':>8}"
+        lines.append(f"{o.workload.label()[:44]:<44} {o.status:<10} {' '.join(cells)} {speed} {ratio}")
     if speedups:
         lines.append(f"geomean speedup over the reference: {geomean(speedups):.3f}×")
     return "\n".join(lines)
