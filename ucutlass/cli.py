@@ -500,8 +500,8 @@ def _pipeline_solution(program, path: str, problem, args):
     open_kernels = [k.name for k in program.kernels if k.name in pipeline.kernel_names() and k.choices()]
     if open_kernels:
         raise UcutError(f"{path}: kernel(s) {', '.join(open_kernels)} of pipeline {pipeline.name} still have open "
-                        "choices; grade a concrete program or use --pick (tuning a pipeline per kernel is not "
-                        "supported yet)")
+                        "choices; grade a concrete program, use --pick, or tune them (`ucutlass tune "
+                        f"{problem.id} --spec {path}`: one study per kernel)")
     binding = bind_pipeline(program, problem, pipeline.name)
     print(f"pipeline {pipeline.name} ({_steps(pipeline)}):\n" + "\n".join(binding.describe()),
           file=sys.stderr)
