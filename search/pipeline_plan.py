@@ -105,7 +105,8 @@ class PipelinePlan:
     def describe(self, t_sol_ms: Callable[[Workload], float | None] | None = None) -> str:
         """The plan as text (``ucutlass tune --dry-run`` on a pipeline)."""
         lines = [f"problem {self.problem.id}: {len(self.problem.workloads)} workloads; pipeline {self.pipeline} "
-                 f"({len(self.binding.pipeline.steps)} steps), {len(self.kernels)} kernel"
+                 f"({len(self.binding.pipeline.steps)} step{'s' if len(self.binding.pipeline.steps) != 1 else ''}), "
+                 f"{len(self.kernels)} kernel"
                  f"{'s' if len(self.kernels) != 1 else ''}, tuned one study each, round-robin"]
         lines += self.binding.describe()
         for k in self.kernels:
