@@ -348,15 +348,21 @@ class PipelineGraderMeasurer:
     """Builds a concrete pipeline's bound kernels (nvcc, content-addressed cache, in parallel) and grades the
     pipeline as one solution with :class:`ucutlass.grader.Grader` (its spawned worker, reused across trials).
 
+    Args:
+        build: compiles bound kernels (default :func:`ucutlass.build.build_kernels`; a test injects a fake).
+
     Attributes:
         so_paths: ``{program source: {build digest: .so path}}`` of every program built (the step report loads
             the best one from here).
     """
 
     def __init__(self, grader: Any, problem: Problem, source_file: str, pipeline: str | None,
-                 jobs: int | None = None):
+                 jobs: int | None = None, build: Callable[..., Sequence[Any]] | None = None):
+        from ucutlass.build import build_kernels
+
         self.grader, self.problem, self.source_file, self.pipeline, self.jobs = \
             grader, problem, source_file, pipeline, jobs
+        self.build = build or build_kernels  # (kernels, source_file=, sources=, jobs=) -> [BuildResult]
         self.so_paths: dict[str, dict[str, str]] = {}
 
     def reference_ms(self, workload: Workload) -> float:
@@ -365,15 +371,14 @@ class PipelineGraderMeasurer:
     def solution(self, program: Any):
         """The :class:`ucutlass.grader.SolutionRef` of a built program, or a one-line error (a failed build)."""
         from ucutlass.bind import bind_pipeline
-        from ucutlass.build import build_kernels
         from ucutlass.solution import pipeline_solution
 
         binding = bind_pipeline(program, self.problem, self.pipeline)
         bound: dict[str, Any] = {}
         for kc in binding.kernel_calls():
             bound.setdefault(kc.bound_kernel.build_digest(), kc.bound_kernel)
-        results = build_kernels(list(bound.values()), source_file=self.source_file,
-                                sources=[program.source] * len(bound), jobs=self.jobs)
+        results = self.build(list(bound.values()), source_file=self.source_file,
+                             sources=[program.source] * len(bound), jobs=self.jobs)
         for r in results:
             if not r.ok:
                 return f"{r.name}: {r.error or r.log[-2000:]}"

@@ -257,3 +257,40 @@ def test_tune_a_tiny_pipeline_on_the_gpu(tmp_path, capsys):
     assert doc["steps"] and all(abs(sum(s["share"] for s in w["steps"]) - 1) < 1e-6 for w in doc["steps"])
     assert parse((out / "best.ucut").read_text(), "best.ucut").is_concrete()
     assert (out / "study.db").exists()
+
+
+def test_the_grader_measurer_builds_each_bound_kernel_once_and_grades_the_pipeline(gate_up_plan):
+    """PipelineGraderMeasurer with an injected build and grader: one .so per bound kernel (by build digest) in
+    the pipeline's recipe; a failed build is COMPILE_ERROR on every workload, with nothing graded."""
+    from types import SimpleNamespace
+
+    from ucutlass.build import BuildResult
+    from ucutlass.search.pipeline_tune import PipelineGraderMeasurer
+
+    built, graded = [], []
+
+    def build(kernels, source_file, sources, jobs):
+        built.append([k.build_digest() for k in kernels])
+        return [BuildResult(key=k.build_digest(), name=k.config_name(), entry=Path("/x"),
+                            so_path=None if "64x128x64" in k.config_name() else Path(f"/x/{k.name}.so"),
+                            source_path=Path("/x/k.cu"), cached=True, seconds=0.0,
+                            error="fake nvcc error" if "64x128x64" in k.config_name() else "") for k in kernels]
+
+    class Grader:
+        def grade(self, ref, workloads):
+            graded.append(ref)
+            return [SimpleNamespace(workload_uuid=w.uuid, status="PASSED", latency_ms=2.0, reference_latency_ms=4.0,
+                                    t_sol_ms=1.0, reason="", to_json=lambda: {}) for w in workloads]
+
+    p = gate_up_plan
+    m = PipelineGraderMeasurer(Grader(), p.problem, "g.ucut", p.pipeline, build=build)
+    program = p.concrete_program(p.first_picks())
+    outcomes = m(program, p.tuned)
+    assert [o.status for o in outcomes] == ["PASSED"] * len(p.tuned) and outcomes[0].latency_ms == 2.0
+    (ref,) = graded
+    assert ref.payload["pipeline"] == "swiglu" and set(ref.payload["so_paths"]) == set(built[0])
+    assert len(built[0]) == 2 and m.so_paths[program.source] == ref.payload["so_paths"]
+    bad = p.concrete_program({**p.first_picks(), "up": {"tile": "64x128x64", "schedule": "pingpong"}})
+    outcomes = m(bad, p.tuned)
+    assert {o.status for o in outcomes} == {"COMPILE_ERROR"} and "fake nvcc error" in outcomes[0].message
+    assert len(graded) == 1
