@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -340,8 +341,10 @@ class PipelineTuner:
 
     def run(self) -> PipelineTuneResult:
         """Prepare, work and finish in this process."""
-        self.prepare()
-        return self.finish(self.work())
+        with warnings.catch_warnings():  # TPE's multivariate and constant_liar are marked experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            self.prepare()
+            return self.finish(self.work())
 
 
 class PipelineGraderMeasurer:

@@ -294,3 +294,22 @@ def test_the_grader_measurer_builds_each_bound_kernel_once_and_grades_the_pipeli
     outcomes = m(bad, p.tuned)
     assert {o.status for o in outcomes} == {"COMPILE_ERROR"} and "fake nvcc error" in outcomes[0].message
     assert len(graded) == 1
+
+
+def test_nothing_passing_on_every_workload_writes_no_best(gate_up_plan, tmp_path):
+    class FailsEverywhere(FakePipelineMeasure):
+        def __call__(self, program, workloads):
+            outcomes = super().__call__(program, workloads)
+            if len(workloads) == len(gate_up_plan.problem.workloads):  # the final grading
+                return [Outcome(w, "TIMEOUT", message="fake timeout") for w in workloads]
+            return outcomes
+
+    events = []
+    result = PipelineTuner(gate_up_plan, FailsEverywhere(), lambda w: 0.1,
+                           config=TuneConfig(trials=2, max_workloads=3), progress=events.append).run()
+    assert result.source is None and result.picks is None and result.how == "none"
+    assert "no combination passed" in result.stop_reason
+    assert [e["how"] for e in events if e["event"] == "verify-failed"][0] == "combined"
+    paths = write_pipeline_outputs(result, tmp_path)
+    assert "best" not in paths and not (tmp_path / "best.ucut").exists()
+    assert json.loads(paths["json"].read_text())["picks"] is None
