@@ -7,9 +7,10 @@ to the nvcc builder and the grader (one GPU, one worker); :func:`tune_command` i
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ucutlass.errors import UcutError
 
@@ -47,6 +48,10 @@ def tune_pipeline(problem: Any, program: Any, *, source_file: str, out_dir: Path
         study_name: the studies' prefix (``<study_name>/<kernel>``; default the problem's id).
         hardware: spec for T_SOL (as ``ucutlass tune --gpu``).
         step_reps: calls timed per workload for the step table (CUDA events around each step).
+
+    Args:
+        json_document: ``(result, paths, problem=, spec=) -> dict``, the ``--json`` document (the command line
+            passes :func:`ucutlass.agents.feedback.pipeline_tune_document`); None prints results.json.
 
     Raises:
         NoGpuError: no CUDA GPU visible (after the plan: binding errors come first).
@@ -94,11 +99,16 @@ def tune_pipeline(problem: Any, program: Any, *, source_file: str, out_dir: Path
     return result, write_pipeline_outputs(result, out_dir, steps, extra)
 
 
-def tune_command(args: Any, problem: Any, program: Any, spec: Path) -> int:
+def tune_command(args: Any, problem: Any, program: Any, spec: Path,
+                 json_document: Callable[..., dict] | None = None) -> int:
     """``ucutlass tune`` on a program with a pipeline (``cmd_tune`` routes here); the exit status.
 
     ``--kernel``, ``--workers`` above 1 and ``--dispatch`` are for one kernel: a pipeline tunes each kernel it calls,
     in one process on one GPU.
+
+    Args:
+        json_document: ``(result, paths, problem=, spec=) -> dict``, the ``--json`` document (the command line
+            passes :func:`ucutlass.agents.feedback.pipeline_tune_document`); None prints results.json.
 
     Raises:
         NoGpuError: no CUDA GPU (``cmd_tune`` answers it as for one kernel). UcutError / CheckError: bad input.
@@ -124,7 +134,10 @@ def tune_command(args: Any, problem: Any, program: Any, spec: Path) -> int:
     result, paths = tune_pipeline(problem, program, source_file=str(spec), out_dir=out_dir, storage=args.storage,
                                   study_name=args.study, config=config, jobs=args.jobs, hardware=args.gpu)
     if args.json:
-        print(paths["json"].read_text())
+        if json_document is None:
+            print(paths["json"].read_text())
+        else:
+            print(json.dumps(json_document(result, paths, problem=problem.id, spec=str(spec)), indent=2))
         return 0 if result.source is not None else 1
     print(f"\nstopped: {result.stop_reason} ({len(result.trials)} trials in {len(result.studies)} studies, "
           f"{result.seconds:.0f} s)")

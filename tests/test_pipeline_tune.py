@@ -313,3 +313,16 @@ def test_nothing_passing_on_every_workload_writes_no_best(gate_up_plan, tmp_path
     paths = write_pipeline_outputs(result, tmp_path)
     assert "best" not in paths and not (tmp_path / "best.ucut").exists()
     assert json.loads(paths["json"].read_text())["picks"] is None
+
+
+def test_the_json_document_of_a_pipeline_tune_fits_the_schema(gate_up_plan, tmp_path):
+    from ucutlass.agents.feedback import pipeline_tune_document, schema_errors
+
+    result = PipelineTuner(gate_up_plan, FakePipelineMeasure(), lambda w: 0.1,
+                           config=TuneConfig(trials=2, max_workloads=3)).run()
+    paths = write_pipeline_outputs(result, tmp_path)
+    doc = pipeline_tune_document(result, paths, problem=gate_up_plan.problem.id, spec="g.ucut")
+    assert schema_errors(doc) == []
+    assert doc["ok"] and doc["best"]["source"] == result.source and doc["budget"] == 4
+    assert doc["best"]["params"]["up.tile"] == result.picks["up"]["tile"] and "+" in doc["best"]["config"]
+    assert sum(r["tuned"] for r in doc["workloads"]) == 3

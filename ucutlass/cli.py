@@ -669,10 +669,11 @@ def cmd_tune(args) -> int:
                         "(see docs/DSL.md and the kernel.ucut of a shipped problem)")
     program = _load_program(str(spec))
     if program.pipelines:  # one study per kernel it calls, the whole pipeline graded (search/pipeline_cli.py)
+        from .agents.feedback import pipeline_tune_document
         from .search.pipeline_cli import tune_command
 
         try:
-            return tune_command(args, problem, program, spec)
+            return tune_command(args, problem, program, spec, pipeline_tune_document)
         except NoGpuError as e:
             return _tune_no_gpu(args, e, problem, spec)
     _require_kernel(program, args.kernel, "tune")
