@@ -6,7 +6,9 @@
 # Needs the problems in .device/problems (copied from ../shared/sol-execbench, carried) or $UCUTLASS_PROBLEMS.
 # Knobs: TRIALS (per kernel, default 4), TIME_LIMIT (default 240 s), MAX_WORKLOADS (default 3), JOBS,
 # TUNE_TIMEOUT (default 540 s per problem).
-# Usage: bash scripts/device_tune_pipelines.sh            (the three below)
+# A trial builds the pipeline's kernels (nvcc, 1-3 min each when not cached) and grades the whole pipeline, so one
+# problem can take up to TUNE_TIMEOUT: on the device tool (10 minutes a call) give one problem per call.
+# Usage: bash scripts/device_tune_pipelines.sh            (the three below, one after the other)
 #        bash scripts/device_tune_pipelines.sh L1_050_attention_qkv_projection_with_bias_and_reshape:examples/pipeline_qkv_heads.ucut
 set -uo pipefail
 . scripts/device_setup.sh || exit 1
