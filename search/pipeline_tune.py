@@ -193,10 +193,16 @@ class PipelineTuner:
                                    if not k.is_open}
         active = [k.name for k in self.plan.kernels if k.is_open]
         since_gain = {k: 0 for k in active}
+        def out_of_time() -> bool:
+            if cfg.time_limit_s is None or time.monotonic() - self._start < cfg.time_limit_s:
+                return False
+            for k in active:
+                reasons[k] = f"time limit ({cfg.time_limit_s:g} s)"
+            active.clear()
+            return True
+
         while active:
-            if cfg.time_limit_s is not None and time.monotonic() - self._start >= cfg.time_limit_s:
-                for k in active:
-                    reasons[k] = f"time limit ({cfg.time_limit_s:g} s)"
+            if out_of_time():
                 break
             overall = [b[0] for b in (self.best_of(k.name) for k in self.plan.kernels) if b is not None]
             if overall and min(overall) <= 1.0 + cfg.epsilon:
@@ -204,6 +210,8 @@ class PipelineTuner:
                     reasons[k] = f"within (1+ε)·T_SOL (ε = {cfg.epsilon:g})"
                 break
             for kernel in list(active):
+                if out_of_time():
+                    break
                 measured = sum(1 for t in self.studies[kernel].get_trials(deepcopy=False) if is_measured(t))
                 if measured >= self.budgets[kernel]:
                     reasons[kernel] = f"budget ({self.budgets[kernel]} trials)"

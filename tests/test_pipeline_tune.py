@@ -326,3 +326,11 @@ def test_the_json_document_of_a_pipeline_tune_fits_the_schema(gate_up_plan, tmp_
     assert doc["ok"] and doc["best"]["source"] == result.source and doc["budget"] == 4
     assert doc["best"]["params"]["up.tile"] == result.picks["up"]["tile"] and "+" in doc["best"]["config"]
     assert sum(r["tuned"] for r in doc["workloads"]) == 3
+
+
+def test_the_time_limit_stops_every_kernel_and_the_best_is_still_graded(gate_up_plan):
+    result = PipelineTuner(gate_up_plan, FakePipelineMeasure(), lambda w: 0.1,
+                           config=TuneConfig(max_workloads=3, time_limit_s=0.0)).run()
+    assert set(result.stop_reasons.values()) == {"time limit (0 s)"}
+    assert result.how == "first legal" and result.source is not None and not [
+        t for t in result.trials if t["state"] == "COMPLETE"]
