@@ -3,17 +3,20 @@
 A pipeline's time is the sum of its steps, and its kernels' choices are searched on the shapes each kernel sees
 (:mod:`search.pipeline_plan`). The studies, named ``<problem>/<kernel>`` (``--study`` replaces the problem's id), live
 in one storage (``study.db`` in the output folder by default), so a run resumes where it stopped. Rounds go
-kernel by kernel: a trial of one kernel's study picks that kernel's choices, the other kernels are fixed at their
-current best (the lowest value in their own study, or their first legal combination before they have one), and the
-WHOLE pipeline is built and graded on the tuned workloads. The objective is the tuner's: ``geomean over the tuned
-workloads of T_pipeline / T_SOL`` (lower is better; T_SOL is the whole problem's bound). Each trial carries its
-kernel, the other kernels' picks (``context``), its configuration, status and per-workload times as user attributes.
+kernel by kernel (coordinate descent): a trial of one kernel's study picks that kernel's choices, the other kernels
+are held at their current best, and the WHOLE pipeline is built and graded on the tuned workloads. The current best
+is the best combination measured so far over every study (a trial's combination: its kernel's params and the others'
+as held, its ``context``), or each kernel's first legal combination before anything was measured; so a trial is
+compared with the combination it changes one kernel of, and the best of each kernel, combined, is a combination that
+was measured. The objective is the tuner's: ``geomean over the tuned workloads of T_pipeline / T_SOL`` (lower is
+better; T_SOL is the whole problem's bound). Each trial carries its kernel, the other kernels' picks (``context``),
+its configuration, status and per-workload times as user attributes.
 
 Stop rules per kernel: its budget of measured trials (``--trials``, else decided by the SOL headroom as for one
-kernel, never more than its legal combinations), ``patience`` trials without a gain, or nothing new left to propose;
-for the run: a best within ``(1 + ε)·T_SOL`` or the time limit. Then the best of each kernel is combined into one
-program (``best.ucut``: every choice written out, comments kept) and graded as one solution on every workload; when
-that combination fails, the best single trial's combination is graded instead.
+kernel, never more than its legal combinations), ``patience`` of its trials in a row that do not improve the best,
+or nothing new left to propose; for the run: a best within ``(1 + ε)·T_SOL`` or the time limit. Then the best
+combination is written as one program (``best.ucut``: every choice written out, comments kept) and graded as one
+solution on every workload; when it fails there, the next best combinations are graded (:data:`VERIFY_TRIES` in all).
 
 Proposals already measured with the same other kernels' picks are told their known value (no budget); a
 combination the rules reject is PRUNED before any compile, as in :mod:`search.tuner`. Measuring is injected
@@ -64,7 +67,8 @@ class PipelineTuneResult:
         outcomes: the graded program on every workload (what the table reports).
         trials: every trial of every study: number, kernel, state, value, params and user attributes.
         stop_reasons: ``{kernel: why its search stopped}``; ``stop_reason``: the run's in words.
-        how: ``"combined"`` (each kernel's best) or ``"best trial"`` (the fallback) or ``"first legal"``.
+        how: ``"best"`` (the best combination measured: each kernel at its best with the others at theirs),
+            ``"runner-up"`` (the best failed on some workload), ``"first legal"`` (nothing measured) or ``"none"``.
     """
 
     problem_id: str
@@ -81,8 +85,12 @@ class PipelineTuneResult:
     budgets: dict[str, int]
     headroom: float
     seconds: float
-    how: str = "combined"
+    how: str = "best"
     extra: dict = field(default_factory=dict)
+
+
+#: Combinations graded on every workload at the end, best first, until one passes.
+VERIFY_TRIES = 3
 
 
 def _context_key(context: Mapping[str, Mapping[str, str]]) -> str:
@@ -166,23 +174,27 @@ class PipelineTuner:
         self.progress({"event": "start", "kernels": {k: self.budgets[k] for k in self.budgets}, "headroom": self.head,
                        "studies": dict(self.names)})
 
-    def best_of(self, kernel: str) -> tuple[float, dict[str, str], dict] | None:
-        """``(value, params, context)`` of the kernel's best complete trial, or None before it has one."""
-        done = [t for t in self.studies[kernel].get_trials(deepcopy=False)
-                if t.state is TrialState.COMPLETE and not is_duplicate(t)]
-        if not done:
-            return None
-        t = min(done, key=lambda t: t.value)
-        return t.value, dict(t.params), dict(t.user_attrs.get("context", {}))
+    def measured(self) -> list[tuple[float, dict[str, dict[str, str]], str, int]]:
+        """Every complete trial of every study as ``(value, picks of every kernel, kernel, number)``, best first: a
+        trial's picks are its kernel's params and the other kernels' as they were held (``context``)."""
+        out = []
+        for kernel, study in self.studies.items():
+            for t in study.get_trials(deepcopy=False):
+                if t.state is TrialState.COMPLETE and not is_duplicate(t):
+                    picks = {**self.plan.first_picks(), **t.user_attrs.get("context", {}), kernel: dict(t.params)}
+                    out.append((t.value, picks, kernel, t.number))
+        return sorted(out, key=lambda m: m[0])
+
+    def incumbent(self) -> tuple[float, dict[str, dict[str, str]]] | None:
+        """``(value, picks)`` of the best combination measured so far (every study's trials), or None."""
+        done = self.measured()
+        return (done[0][0], done[0][1]) if done else None
 
     def current_picks(self) -> dict[str, dict[str, str]]:
-        """Each kernel at its best so far, or its first legal combination."""
-        picks = self.plan.first_picks()
-        for k in self.plan.kernels:
-            best = self.best_of(k.name)
-            if best is not None:
-                picks[k.name] = best[1]
-        return picks
+        """Every kernel's pick in the best combination measured so far (each kernel at its best with the others at
+        theirs), or each kernel's first legal combination before anything was measured."""
+        best = self.incumbent()
+        return best[1] if best is not None else self.plan.first_picks()
 
     # --- the loop ---------------------------------------------------------------------------------------
 
@@ -204,8 +216,8 @@ class PipelineTuner:
         while active:
             if out_of_time():
                 break
-            overall = [b[0] for b in (self.best_of(k.name) for k in self.plan.kernels) if b is not None]
-            if overall and min(overall) <= 1.0 + cfg.epsilon:
+            best = self.incumbent()
+            if best is not None and best[0] <= 1.0 + cfg.epsilon:
                 for k in active:
                     reasons[k] = f"within (1+ε)·T_SOL (ε = {cfg.epsilon:g})"
                 break
@@ -217,12 +229,12 @@ class PipelineTuner:
                     reasons[kernel] = f"budget ({self.budgets[kernel]} trials)"
                     active.remove(kernel)
                     continue
-                before = self.best_of(kernel)
+                before = self.incumbent()
                 if not self._one_trial(kernel):
                     reasons[kernel] = "no new legal combination to propose with the other kernels as they are"
                     active.remove(kernel)
                     continue
-                after = self.best_of(kernel)
+                after = self.incumbent()
                 gained = after is not None and (before is None or after[0] < before[0] * (1 - 1e-3))
                 since_gain[kernel] = 0 if gained else since_gain[kernel] + 1
                 if since_gain[kernel] >= cfg.patience:
@@ -295,7 +307,7 @@ class PipelineTuner:
                                                         if o.reference_ms]) if any(o.reference_ms for o in outcomes)
                             else None)
         study.tell(trial, value)
-        best = self.best_of(kernel)
+        best = self.incumbent()
         self.progress({"event": "trial", "kernel": kernel, "number": trial.number, "state": "COMPLETE",
                        "params": params, "value": value, "best": best[0] if best else value})
 
@@ -305,16 +317,16 @@ class PipelineTuner:
         """Combine each kernel's best, grade it on every workload (falling back to the best single trial's
         combination, then to the first legal one when nothing was measured); collect every study's trials."""
         plan = self.plan
-        tried: list[tuple[str, dict, float | None]] = [("combined", self.current_picks(), None)]
-        single = [(b[0], {**b[2], k.name: b[1]}) for k in plan.kernels if (b := self.best_of(k.name)) is not None]
-        if single:
-            value, picks = min(single, key=lambda s: s[0])
-            if picks != tried[0][1]:
-                tried.append(("best trial", picks, value))
-        if not single:
-            tried = [("first legal", plan.first_picks(), None)]
+        tried: list[tuple[str, dict]] = []
+        for _, picks, _, _ in self.measured():
+            if all(picks != p for _, p in tried):
+                tried.append(("best" if not tried else "runner-up", picks))
+            if len(tried) == VERIFY_TRIES:
+                break
+        if not tried:
+            tried = [("first legal", plan.first_picks())]
         chosen = outcomes = None
-        for how, picks, value in tried:
+        for how, picks in tried:
             self.progress({"event": "verify", "how": how, "picks": picks})
             program = plan.concrete_program(picks)
             graded = self.measure(program, plan.problem.workloads)

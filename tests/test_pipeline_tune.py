@@ -136,7 +136,7 @@ def test_one_study_per_kernel_in_one_storage_round_robin(gate_up_plan, tmp_path)
     # the fastest tile of each kernel, combined, is graded on every workload and written out
     assert result.picks == {"up": {"tile": "128x256x64", "schedule": "cooperative"},
                             "gate": {"tile": "128x256x64", "schedule": "cooperative"}}
-    assert result.how == "combined" and len(result.outcomes) == len(gate_up_plan.problem.workloads)
+    assert result.how == "best" and len(result.outcomes) == len(gate_up_plan.problem.workloads)
     assert measure.measured[-1]["workloads"] == len(gate_up_plan.problem.workloads)
     assert result.best_value == pytest.approx(1.4 / 0.1)
     best = parse(result.source, "best.ucut")
@@ -154,10 +154,13 @@ def test_the_other_kernel_is_held_at_its_best(gate_up_plan):
               for k in ("up", "gate")}
     everything = sorted([t for ts in trials.values() for t in ts], key=lambda t: t.datetime_complete)
     assert [t.user_attrs["kernel"] for t in everything[:6]] == ["up", "gate"] * 3  # round-robin
-    for i, t in enumerate(everything):
+
+    def picks(t):
+        return {**t.user_attrs["context"], t.user_attrs["kernel"]: t.params}
+
+    for i, t in enumerate(everything):  # the others as in the best combination measured before it
         other = "gate" if t.user_attrs["kernel"] == "up" else "up"
-        done = [u for u in everything[:i] if u.user_attrs["kernel"] == other]
-        want = min(done, key=lambda u: u.value).params if done else gate_up_plan.first_picks()[other]
+        want = picks(min(everything[:i], key=lambda u: u.value))[other] if i else gate_up_plan.first_picks()[other]
         assert t.user_attrs["context"][other] == want
 
 
@@ -309,7 +312,7 @@ def test_nothing_passing_on_every_workload_writes_no_best(gate_up_plan, tmp_path
                            config=TuneConfig(trials=2, max_workloads=3), progress=events.append).run()
     assert result.source is None and result.picks is None and result.how == "none"
     assert "no combination passed" in result.stop_reason
-    assert [e["how"] for e in events if e["event"] == "verify-failed"][0] == "combined"
+    assert [e["how"] for e in events if e["event"] == "verify-failed"] == ["best", "runner-up", "runner-up"]
     paths = write_pipeline_outputs(result, tmp_path)
     assert "best" not in paths and not (tmp_path / "best.ucut").exists()
     assert json.loads(paths["json"].read_text())["picks"] is None
