@@ -33,6 +33,9 @@ def _printer(event: dict) -> None:
         print(f"grading the {event['how']} picks on every workload", file=sys.stderr)
     elif kind == "verify-failed":
         print(f"  the {event['how']} picks failed: {event['reason']}", file=sys.stderr)
+    elif kind == "prebuild":
+        print("compiling every legal combination of " + ", ".join(f"{k} ({n})" for k, n in event["kernels"].items())
+              + " in parallel before the first trial (searched exhaustively)", file=sys.stderr)
     elif kind == "steps":
         print(f"timing each step on {event['workloads']} workloads", file=sys.stderr)
 
@@ -85,8 +88,13 @@ def tune_pipeline(problem: Any, program: Any, *, source_file: str, out_dir: Path
     on_event = _printer if progress else None
     with Grader(problem, t_sol_ms=t_sol_ms) as grader:
         measure = PipelineGraderMeasurer(grader, problem, source_file, plan.pipeline, jobs=jobs)
+        def prebuild(combos):
+            if on_event:
+                on_event({"event": "prebuild", "kernels": {k: len(v) for k, v in combos.items()}})
+            measure.prebuild(plan, combos)
+
         result = PipelineTuner(plan, measure, t_sol_ms, config=config, storage=storage, study_prefix=study_name,
-                               progress=on_event).run()
+                               progress=on_event).run(prebuild=prebuild)
         env = grader.environment()
     steps: list = []
     if result.source is not None and result.source in measure.so_paths:

@@ -359,11 +359,26 @@ class PipelineTuner:
                                   dict(self.budgets), self.head, time.monotonic() - self._start,
                                   chosen[0] if chosen else "none")
 
-    def run(self) -> PipelineTuneResult:
-        """Prepare, work and finish in this process."""
+    def exhaustive(self) -> dict[str, list[dict[str, str]]]:
+        """``{kernel: its legal combinations}`` for each kernel searched exhaustively (``brute``: all of them will be
+        measured), after :meth:`prepare`."""
+        return {k.name: list(k.legal) for k in self.plan.kernels
+                if k.is_open and self.studies[k.name].user_attrs.get("sampler") == "brute"}
+
+    def run(self, prebuild: Callable[[Mapping[str, Sequence[Mapping[str, str]]]], Any] | None = None
+            ) -> PipelineTuneResult:
+        """Prepare, work and finish in this process.
+
+        Args:
+            prebuild: called once after :meth:`prepare` with :meth:`exhaustive` (e.g.
+                :meth:`PipelineGraderMeasurer.prebuild`: every kernel those trials need compiled at once, in
+                parallel, before the first trial).
+        """
         with warnings.catch_warnings():  # TPE's multivariate and constant_liar are marked experimental
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.prepare()
+            if prebuild is not None and self.exhaustive():
+                prebuild(self.exhaustive())
             return self.finish(self.work())
 
 
@@ -390,6 +405,34 @@ class PipelineGraderMeasurer:
 
     def reference_ms(self, workload: Workload) -> float:
         return self.grader.reference_ms(workload)
+
+    def prebuilt(self, plan: PipelinePlan, combos: Mapping[str, Sequence[Mapping[str, str]]]) -> list[Any]:
+        """The bound kernels (one per build digest) that trials of these combinations build: each kernel resolved
+        with its params and bound to the problem of each of its calls, as :func:`ucutlass.bind.bind_pipeline` binds
+        it (a kernel's bound form does not depend on the other kernels' picks)."""
+        from ucutlass.bind import bind, rebound
+        from ucutlass.errors import CheckError
+
+        found: dict[str, Any] = {}
+        for name, many in combos.items():
+            calls = [kc for kc in plan.binding.kernel_calls() if kc.kernel.name == name]
+            for params in many:
+                kernel = plan.program.resolve({f"{name}.{k}": v for k, v in params.items()}).kernel(name)
+                for kc in calls:
+                    try:
+                        bound = bind(rebound(kernel), kc.binding.problem).kernel
+                    except CheckError:
+                        continue  # the trial says why
+                    found.setdefault(bound.build_digest(), bound)
+        return list(found.values())
+
+    def prebuild(self, plan: PipelinePlan, combos: Mapping[str, Sequence[Mapping[str, str]]]) -> int:
+        """Compile :meth:`prebuilt`'s kernels at once (``jobs`` nvcc processes; the content-addressed cache keeps
+        them, so the trials find them built); returns how many built or were cached. A failed build is left for
+        its trial to report."""
+        kernels = self.prebuilt(plan, combos)
+        results = self.build(kernels, source_file=self.source_file, sources=None, jobs=self.jobs)
+        return sum(1 for r in results if r.ok)
 
     def solution(self, program: Any):
         """The :class:`ucutlass.grader.SolutionRef` of a built program, or a one-line error (a failed build)."""

@@ -297,6 +297,18 @@ def test_the_grader_measurer_builds_each_bound_kernel_once_and_grades_the_pipeli
     outcomes = m(bad, p.tuned)
     assert {o.status for o in outcomes} == {"COMPILE_ERROR"} and "fake nvcc error" in outcomes[0].message
     assert len(graded) == 1
+    # prebuilding: the bound kernels a trial builds, found without binding the whole pipeline per combination
+    combos = {"up": p.kernel("up").legal, "gate": p.kernel("gate").legal}
+    prebuilt = {k.build_digest() for k in m.prebuilt(p, combos)}
+    assert len(prebuilt) == len(combos["up"]) + len(combos["gate"])
+    for name, legal in combos.items():
+        for params in legal:
+            built.clear()
+            m(p.concrete_program({**p.first_picks(), name: params}), p.tuned[:1])
+            assert set(built[0]) <= prebuilt
+    built.clear()
+    assert m.prebuild(p, combos) == sum(1 for k in m.prebuilt(p, combos) if "64x128x64" not in k.config_name())
+    assert len(built[0]) == len(prebuilt)
 
 
 def test_nothing_passing_on_every_workload_writes_no_best(gate_up_plan, tmp_path):
