@@ -103,7 +103,10 @@ def tune_pipeline(problem: Any, program: Any, *, source_file: str, out_dir: Path
         ref = pipeline_solution(measure.so_paths[result.source], result.source, source_file, "best", plan.pipeline)
         fn = load_solution(ref.payload, problem)
         steps = step_report(fn, problem, problem.workloads, t_sol_ms, device="cuda", reps=step_reps)
-    extra = {"hardware": {"name": hw.name, "method": hw.method}, "storage": storage, "environment": env}
+    kernels = [{"kernel": k.name, "steps": [i + 1 for i in k.steps], "legal": len(k.legal), "extents": k.extents,
+                "space": {key: list(c.spellings) for key, c in k.space.choices.items()}} for k in plan.kernels]
+    extra = {"hardware": {"name": hw.name, "method": hw.method}, "storage": storage, "environment": env,
+             "kernels": kernels}
     return result, write_pipeline_outputs(result, out_dir, steps, extra)
 
 
