@@ -791,3 +791,8 @@ class Tuner:
         name_of = {id(r): k.name for r, k in zip(rngs, kernels)}
         served = {u: name_of[id(next(r for r in rngs if r.upper is None or m <= r.upper))] for u, m in mode_of.items()}
         return Dispatch(program.source, info, graded, list(outcomes), served)
+
+
+#: Public names of the objective and the sampler factory, shared with the pipeline tuner (:mod:`search.pipeline_tune`).
+objective = _objective
+make_sampler = _make_sampler

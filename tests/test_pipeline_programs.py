@@ -325,7 +325,7 @@ def test_a_pipeline_without_return():
     assert [d.code for d in e.value.diagnostics] == ["bad-return"]
 
 
-def test_cli_check_shows_steps_and_tune_refuses_a_pipeline(capsys):
+def test_cli_check_shows_steps_and_tune_plans_a_pipeline(capsys):
     path, pid = CPU_PIPELINES[2]
     assert main(["check", str(path), "--problem", pid, "--problems", str(SHARED_SOL_EXECBENCH)]) == 0
     out = capsys.readouterr().out
@@ -337,8 +337,12 @@ def test_cli_check_shows_steps_and_tune_refuses_a_pipeline(capsys):
     kinds = [[r["kind"] for r in step["runs"]] for step in report["steps"]]
     assert kinds == [["torch"], ["torch", "torch"], ["kernel"], ["kernel"], ["view", "view"], ["view", "view"]]
     assert report["steps"][2]["runs"][0]["config"].startswith("kv_proj_sm90_f16")
-    assert main(["tune", pid, "--spec", str(path), "--problems", str(SHARED_SOL_EXECBENCH)]) != 0
-    assert "tuning a pipeline per kernel is not supported yet" in capsys.readouterr().err
+    tune = ["tune", pid, "--spec", str(path), "--problems", str(SHARED_SOL_EXECBENCH)]
+    assert main([*tune, "--dry-run"]) == 0  # tuned per kernel (tests/test_pipeline_tune.py); this one is concrete
+    assert "kernel kv_proj (steps 3, 4)" in capsys.readouterr().out
+    if not torch.cuda.is_available():
+        assert main(tune) == 2
+        assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
 def test_cli_check_reports_a_pipelines_binding_errors_without_a_traceback(tmp_path, capsys):
@@ -395,6 +399,11 @@ def test_cuda_graphs_leave_cpu_calls_eager():
     for _ in range(3):
         fn(*inputs.values(), *outs)
     assert fn.replays == 0 and not fn.graphs and len(fn.buffers) == 3 and fn.pipeline is not None
+    steps = []
+    fn.on_step = lambda i, phase: steps.append((i, phase))  # a step report's hook reaches the eager pipeline
+    fn(*inputs.values(), *outs)
+    fn.on_step = None
+    assert fn.fn.on_step is None and steps[:2] == [(0, "start"), (0, "end")]
 
 
 @pytest.mark.gpu

@@ -500,8 +500,8 @@ def _pipeline_solution(program, path: str, problem, args):
     open_kernels = [k.name for k in program.kernels if k.name in pipeline.kernel_names() and k.choices()]
     if open_kernels:
         raise UcutError(f"{path}: kernel(s) {', '.join(open_kernels)} of pipeline {pipeline.name} still have open "
-                        "choices; grade a concrete program or use --pick (tuning a pipeline per kernel is not "
-                        "supported yet)")
+                        "choices; grade a concrete program, use --pick, or tune them (`ucutlass tune "
+                        f"{problem.id} --spec {path}`: one study per kernel)")
     binding = bind_pipeline(program, problem, pipeline.name)
     print(f"pipeline {pipeline.name} ({_steps(pipeline)}):\n" + "\n".join(binding.describe()),
           file=sys.stderr)
@@ -647,6 +647,16 @@ def cmd_grade(args) -> int:
 
 # --- tune ----------------------------------------------------------------------------------------------
 
+def _tune_no_gpu(args, e, problem, spec) -> int:
+    """``tune`` without a GPU: the message (and with --json the error document); exit status 2."""
+    if args.json:
+        from .agents.feedback import error_document
+
+        print(json.dumps(error_document("tune", e, problem=problem.id, spec=str(spec)), indent=2))
+    print(str(e), file=sys.stderr)
+    return 2
+
+
 def cmd_tune(args) -> int:
     from .problem import find_problem
     from .search import NoGpuError, TuneConfig, plan, tune
@@ -658,11 +668,14 @@ def cmd_tune(args) -> int:
         raise UcutError(f"problem {problem.id} ships no kernel.ucut: write a spec and pass --spec FILE "
                         "(see docs/DSL.md and the kernel.ucut of a shipped problem)")
     program = _load_program(str(spec))
-    if program.pipelines:
-        raise UcutError(f"{spec} has a pipeline ({', '.join(p.name for p in program.pipelines)}): tune searches one "
-                        "kernel's choices, and tuning a pipeline per kernel is not supported yet; grade the pipeline "
-                        "with its choices picked (`ucutlass grade FILE PROBLEM --pick KERNEL.SETTING=VALUE`), or tune "
-                        "a kernel of it in a file of its own")
+    if program.pipelines:  # one study per kernel it calls, the whole pipeline graded (search/pipeline_cli.py)
+        from .agents.feedback import pipeline_tune_document
+        from .search.pipeline_cli import tune_command
+
+        try:
+            return tune_command(args, problem, program, spec, pipeline_tune_document)
+        except NoGpuError as e:
+            return _tune_no_gpu(args, e, problem, spec)
     _require_kernel(program, args.kernel, "tune")
     config = TuneConfig(trials=args.trials, epsilon=args.epsilon, patience=args.patience, batch=args.batch,
                         max_workloads=args.max_workloads, sampler=args.sampler, seed=args.seed,
@@ -699,12 +712,7 @@ def cmd_tune(args) -> int:
                              storage=args.storage, study_name=args.study, config=config, jobs=args.jobs,
                              hardware=args.gpu, workers=args.workers)
     except NoGpuError as e:
-        if args.json:
-            from .agents.feedback import error_document
-
-            print(json.dumps(error_document("tune", e, problem=problem.id, spec=str(spec)), indent=2))
-        print(str(e), file=sys.stderr)
-        return 2
+        return _tune_no_gpu(args, e, problem, spec)
     if args.json:
         from .agents.feedback import tune_document
 

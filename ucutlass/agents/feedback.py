@@ -138,5 +138,44 @@ def tune_document(result, paths: Mapping[str, Any], *, problem: str, spec: str |
         workloads=rows, paths={k: str(v) for k, v in paths.items()})
 
 
+def pipeline_tune_document(result, paths: Mapping[str, Any], *, problem: str, spec: str | None) -> dict:
+    """The ``tune`` document of a pipeline's tune (:class:`ucutlass.search.pipeline_tune.PipelineTuneResult`): ``best``
+    holds the combined program (``params`` keyed ``KERNEL.SETTING``, ``config`` the kernels' configurations joined by
+    ``+``, ``trial`` the number of the best trial in its kernel's study), ``budget`` the kernels' budgets summed."""
+    from ..search.budget import geomean
+    from ..search.report import sol_score
+
+    tuned = {w.uuid for w in result.tuned_workloads}
+    rows = [{"workload": o.workload.label(), "uuid": o.workload.uuid, "status": o.status, "time_ms": o.latency_ms,
+             "reference_ms": o.reference_ms, "t_sol_ms": o.t_sol_ms,
+             "speedup": o.reference_ms / o.latency_ms if o.latency_ms and o.reference_ms else None,
+             "sol_score": sol_score(o.latency_ms, o.reference_ms, o.t_sol_ms), "tuned": o.workload.uuid in tuned}
+            for o in result.outcomes]
+    speedups = [r["speedup"] for r in rows if r["speedup"]]
+    scores = [r["sol_score"] for r in rows if r["sol_score"] is not None]
+    measured = [t for t in result.trials if t["state"] in ("COMPLETE", "FAIL") and not t.get("duplicate")]
+    best = None
+    if result.source is not None:
+        done = [t for t in measured if t["state"] == "COMPLETE"]
+        configs = {t["kernel"]: t.get("config") for t in sorted(done, key=lambda t: t["value"], reverse=True)
+                   if t["params"] == result.picks.get(t["kernel"])}
+        best = {"trial": min(done, key=lambda t: t["value"])["number"] if done else 0,
+                "config": "+".join(c for c in configs.values() if c) or "as written",
+                "params": {f"{k}.{s}": str(v) for k, p in result.picks.items() for s, v in p.items()},
+                "objective_t_over_sol": _finite(result.best_value) if result.best_value is not None else None,
+                "source": result.source}
+    return document(
+        "tune", result.source is not None,
+        error=None if result.source is not None else "no combination passed on every workload (see results.json)",
+        problem=problem, spec=spec, stop_reason=result.stop_reason, measured_trials=len(measured),
+        pruned_proposals=sum(1 for t in result.trials if t["state"] == "PRUNED"),
+        budget=int(sum(result.budgets.values())), seconds=round(float(result.seconds), 3),
+        headroom_reference_over_sol=_finite(result.headroom), best=best,
+        geomean_speedup=geomean(speedups) if speedups else None,
+        mean_sol_score=sum(scores) / len(scores) if scores else None,
+        workloads=rows, paths={k: str(v) for k, v in paths.items()})
+
+
 __all__ = ["SCHEMA_VERSION", "SCHEMA_FILE", "COMMANDS", "load_schema", "schema_errors", "validate",
-           "FeedbackSchemaError", "document", "error_document", "build_entry", "tune_document"]
+           "FeedbackSchemaError", "document", "error_document", "build_entry", "tune_document",
+           "pipeline_tune_document"]

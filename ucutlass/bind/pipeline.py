@@ -175,10 +175,10 @@ class PipelineBinding:
                 :meth:`ucutlass.bind.Binding.callable` takes.
 
         Returns:
-            ``fn``; its intermediates (kernel outputs) are allocated once per tuple of argument shapes and reused
-            while the shapes stay; a call with other shapes frees them (one set per kernel call site: a grader
-            walking 15 workloads of L2_055 would otherwise keep every workload's buffers, about 100 GB, and
-            run out of memory).
+            ``fn`` (``fn.on_step``: a hook called around each step, None by default); its intermediates (kernel
+            outputs) are allocated once per tuple of argument shapes and reused while the shapes stay; a call with
+            other shapes frees them (one set per kernel call site: a grader walking 15 workloads of L2_055 would
+            otherwise keep every workload's buffers, about 100 GB, and run out of memory).
         """
         import torch
 
@@ -220,8 +220,15 @@ class PipelineBinding:
             env.update(zip(names_in, args[:len(names_in)]))
             call_outputs[:] = args[len(names_in):]
             flow = Flow(self, env, run_kernel)
-            for i, step in enumerate(self.pipeline.steps):
-                flow.run_step(i, step)
+            hook = fn.on_step  # type: ignore[attr-defined]
+            if hook is None:
+                for i, step in enumerate(self.pipeline.steps):
+                    flow.run_step(i, step)
+            else:
+                for i, step in enumerate(self.pipeline.steps):
+                    hook(i, "start")
+                    flow.run_step(i, step)
+                    hook(i, "end")
             for out, v in zip(args[len(names_in):], self.pipeline.returns):
                 value = flow.value(v)
                 if not (value.data_ptr() == out.data_ptr() and value.shape == out.shape
@@ -229,6 +236,9 @@ class PipelineBinding:
                     out.copy_(value)
 
         fn.pipeline = self  # type: ignore[attr-defined]
+        #: ``on_step(step index, "start" | "end")`` around each step of a call (a step report times them: CUDA
+        #: events on the GPU, :mod:`ucutlass.search.pipeline_report`); None (the default) costs one attribute read.
+        fn.on_step = None  # type: ignore[attr-defined]
         fn.buffers = buffers  # type: ignore[attr-defined]  # {id(call): ((call, argument shapes, device), outputs)}
         return fn
 

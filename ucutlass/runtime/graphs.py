@@ -13,7 +13,8 @@ computes.
   with other shapes drops them, as the pipeline drops its intermediates.
 - A step that cannot be captured (a host sync such as ``.item()``, an allocation outside torch) makes capture
   fail: those shapes then run eagerly, and :attr:`CudaGraphed.eager_reason` says why.
-- ``UCUTLASS_CUDA_GRAPHS=0`` turns graphs off (every call eager).
+- ``UCUTLASS_CUDA_GRAPHS=0`` turns graphs off (every call eager), as does a step hook (``fn.on_step``: a step
+  report times each step with events between them).
 """
 
 from __future__ import annotations
@@ -67,15 +68,21 @@ class CudaGraphed:
         self.eager_reason = ""
         self.replays = 0
 
-    def __getattr__(self, name: str) -> Any:  # fn.pipeline, fn.buffers
+    def __getattr__(self, name: str) -> Any:  # fn.pipeline, fn.buffers, fn.on_step
         return getattr(self.__dict__["fn"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "on_step":  # a step report's hook belongs to the eager pipeline (calls run eagerly while set)
+            setattr(self.fn, name, value)
+        else:
+            object.__setattr__(self, name, value)
 
     def __call__(self, *args: Any) -> None:
         import torch
 
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if not tensors or not all(t.is_cuda for t in tensors) or not graphs_enabled() or \
-                torch.cuda.is_current_stream_capturing():
+                getattr(self.fn, "on_step", None) is not None or torch.cuda.is_current_stream_capturing():
             return self.fn(*args)
         shapes, pointers = _signature(args)
         if shapes != self.shapes:  # new shapes: the old graphs and their pool go

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Device call: `ucutlass tune` on pipeline examples (issue 16 item 4: one Optuna study per kernel, in one study.db,
+# round-robin, the whole pipeline graded per trial; best.ucut, results.json and table.txt with the per-step table).
+# The shipped examples are concrete, so each is copied with its kernels' tile (and schedule) left open first.
+# Each problem's output folder comes back as $OUT/PROBLEM.tgz and its console log as $OUT/PROBLEM.log.
+# Needs the problems in .device/problems (copied from ../shared/sol-execbench, carried) or $UCUTLASS_PROBLEMS.
+# Knobs: TRIALS (per kernel, default 4), TIME_LIMIT (default 240 s), MAX_WORKLOADS (default 3), JOBS,
+# TUNE_TIMEOUT (default 540 s per problem).
+# A trial builds the pipeline's kernels (nvcc, 1-3 min each when not cached) and grades the whole pipeline, so one
+# problem can take up to TUNE_TIMEOUT: on the device tool (10 minutes a call) give one problem per call.
+# Usage: bash scripts/device_tune_pipelines.sh            (the three below, one after the other)
+#        bash scripts/device_tune_pipelines.sh L1_050_attention_qkv_projection_with_bias_and_reshape:examples/pipeline_qkv_heads.ucut
+set -uo pipefail
+. scripts/device_setup.sh || exit 1
+items=("$@")
+[ ${#items[@]} -eq 0 ] && items=(
+  L1_050_attention_qkv_projection_with_bias_and_reshape:examples/pipeline_qkv_heads.ucut
+  L1_048_fused_gate_up_projection_with_swiglu:examples/pipeline_gate_up_gelu.ucut
+  L1_030_attention_output_projection_with_residual:examples/pipeline_o_proj_residual.ucut
+)
+mkdir -p /tmp/tune /tmp/specs
+for item in "${items[@]}"; do
+  problem=${item%%:*}; spec=${item#*:}
+  open=/tmp/specs/$(basename "$spec")
+  sed -e 's/tile = 128x128x64   schedule = cooperative/tile = {128x128x64, 128x256x64, 256x128x64}   schedule = cooperative/' \
+      -e 's/tile = 128x256x64   cluster = 2x1x1/tile = {128x128x64, 128x256x64}   cluster = {1x1x1, 2x1x1}/' \
+      "$REPO/$spec" > "$open"
+  args=(--spec "$open" --out "/tmp/tune/$problem" --jobs "${JOBS:-16}" --trials "${TRIALS:-4}"
+        --time-limit "${TIME_LIMIT:-240}" --max-workloads "${MAX_WORKLOADS:-3}")
+  echo "== ucutlass tune $problem ${args[*]}"
+  grep -n '{' "$open" | grep -v epilogue
+  ( cd /tmp && PYTHONUNBUFFERED=1 timeout "${TUNE_TIMEOUT:-540}" ucutlass tune "$problem" "${args[@]}" ) \
+    > "$OUT/$problem.log" 2>&1
+  echo "exit $?"
+  tail -40 "$OUT/$problem.log"
+  tar czf "$OUT/$problem.tgz" -C /tmp/tune "$problem"
+done
