@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
@@ -309,7 +310,11 @@ def problem_row(s: ProblemState) -> dict:
 
 
 def _f(v, spec: str) -> str:
-    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+    """``v`` formatted by ``spec``; "-" as wide for a missing or infinite number."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        width = int(re.match(r"\d*", spec).group(0) or 0)
+        return "-".rjust(width)
+    return format(v, spec)
 
 
 def format_table(results: dict) -> str:
