@@ -45,15 +45,16 @@ def _document(command: str, rc: int, out: str, err: str) -> dict:
 
 
 def cli_tools(problems: Sequence[str] = (), *, emulate: bool = False, workloads: int | None = None,
-              gpu: str = "local", timeout_s: float = 600.0) -> Tools:
-    """Tools that run the command line: ``prompt``, ``check --problem --json``, ``grade --json`` (``emulate``: as
-    torch ops, on CPU; ``workloads``: only the first N), each program written to a fresh file."""
+              gpu: str = "local", timeout_s: float = 600.0, sol: bool = True) -> Tools:
+    """Tools that run the command line: ``prompt`` (``sol`` False: ``--no-sol``, no T_SOL table), ``check
+    --problem --json``, ``grade --json`` (``emulate``: as torch ops, on CPU; ``workloads``: only the first N), each
+    program written to a fresh file."""
     extra = [a for d in problems for a in ("--problems", d)]
 
     def call(name: str, args: dict) -> dict:
         problem = args["problem"]
         if name == "prompt":
-            rc, out, err = _cli(["prompt", problem, *extra], timeout_s)
+            rc, out, err = _cli(["prompt", problem, *extra] + ([] if sol else ["--no-sol"]), timeout_s)
             if rc:
                 raise RuntimeError(f"ucutlass prompt {problem}: {err.strip()[-500:]}")
             return {"text": out}
