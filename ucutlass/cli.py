@@ -812,7 +812,8 @@ def cmd_campaign(args) -> int:
     if args.policy == "tuner":
         if args.emulate:
             raise UcutError("--emulate grades an agent's programs as torch ops; the tuner measures on the GPU")
-        runner = TunerRunner(out, cli_tune(args.problems, gpu=args.gpu, max_workloads=args.max_workloads),
+        runner = TunerRunner(out, cli_tune(args.problems, gpu=args.gpu, max_workloads=args.max_workloads,
+                                           extra=args.tune_arg),
                              config.epsilon, config.window, grade=cli_grade(args.problems, gpu=args.gpu))
     else:
         runner = AgentRunner(POLICIES[args.policy], cli_tools(args.problems, emulate=args.emulate,
@@ -959,6 +960,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate", action="store_true", help="agent policies: grade as torch ops (CPU; no T_SOL)")
     p.add_argument("--workloads", type=int, help="agent policies: grade only the first N workloads")
     p.add_argument("--max-workloads", type=int, default=6, help="tuner: workloads measured per trial")
+    p.add_argument("--tune-arg", action="append", default=[], metavar="ARG",
+                   help="tuner: passed to each `ucutlass tune` (repeatable; e.g. --tune-arg=--dispatch=1)")
     p.add_argument("--gpu", default="local", help="hardware spec for T_SOL (default: this GPU)")
     _problems_arg(p)
     p.set_defaults(func=cmd_campaign)
