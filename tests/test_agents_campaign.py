@@ -240,3 +240,22 @@ def test_scripted_campaign_on_the_command_line(tmp_path, capsys):
     row = res["problems"][0]
     assert row["trials"] == 1 and row["speedup"] > 0 and row["stop_reason"].startswith("passed")
     assert PROBLEM in capsys.readouterr().out and (out / "table.txt").is_file()
+
+
+def test_a_failing_runner_stops_its_problem_only_and_is_retried_on_resume(tmp_path):
+    class Flaky(FakeRunner):
+        broken = True
+
+        def advance(self, state, n, judge):
+            if state.problem == "bad" and self.broken:
+                raise RuntimeError("nvcc crashed")
+            return super().advance(state, n, judge)
+
+    seqs = {"good": [1.0, 2.0, 3.0, 4.0], "bad": [1.0, 1.5, 2.0]}
+    runner = Flaky(seqs, {"good": 10.0, "bad": 10.0})
+    res = Campaign(["good", "bad"], runner, CampaignConfig(7), tmp_path).run()
+    rows = {r["problem"]: r for r in res["problems"]}
+    assert rows["bad"]["stop_reason"] == "failed: nvcc crashed" and rows["good"]["trials"] == 4
+    runner.broken = False
+    res = Campaign(["good", "bad"], runner, CampaignConfig(7), tmp_path).run()
+    assert {r["problem"]: r["trials"] for r in res["problems"]} == {"good": 4, "bad": 3}

@@ -14,6 +14,7 @@ sends) spent over several problems by their SOL headroom, with μCUTLASS's stop 
   it counts as spent and never as a gain.
 - State: ``state.json`` under ``out`` after every chunk (the tuner's trials also live in its Optuna storage,
   ``out/PROBLEM/study.db``); the same command again continues where it stopped, a larger ``--budget`` spends more.
+  A runner that raises stops its problem ("failed: …") and the others go on; a resumed campaign tries it again.
 - Output: ``table.txt`` and ``results.json`` (speedup, SOL score, trials spent, why each problem stopped).
 
 Runners (:mod:`.campaign_runners`) do the attempts; :class:`ReplayRunner` here plays recorded trials back, which
@@ -37,6 +38,8 @@ STATE_SCHEMA = "ucutlass.campaign/1"
 #: A budget no problem reaches alone: the campaign's own budget bounds the attempts (``StopRule.budget``).
 UNBOUNDED = 1 << 30
 BUDGET_SPENT = "campaign budget spent"
+#: The stop reason of a problem whose runner raised; a resumed campaign tries it again.
+FAILED = "failed: "
 
 
 @dataclass
@@ -193,7 +196,9 @@ class Campaign:
                                  "resuming would mix two policies: give another --out")
         for d in doc["problems"]:
             if d["problem"] in self.states:
-                self.states[d["problem"]] = ProblemState.from_json(d)
+                self.states[d["problem"]] = s = ProblemState.from_json(d)
+                if s.stop_reason.startswith(FAILED):  # perhaps passing: try again
+                    s.stop_reason = ""
         self.log(f"resuming {path}: {sum(s.spent for s in self.states.values())} attempts recorded")
 
     def save(self) -> None:
@@ -235,7 +240,10 @@ class Campaign:
     def _step(self, state: ProblemState, n: int) -> None:
         state.extra.pop("rule", None)
         judge = self._judge(state)
-        attempts, exhausted = self.runner.advance(state, n, judge)
+        try:
+            attempts, exhausted = self.runner.advance(state, n, judge)
+        except Exception as e:  # a tune that crashed, a tool that timed out: the other problems go on
+            attempts, exhausted = [], f"{FAILED}{str(e)[:400]}"
         state.attempts.extend(attempts)
         state.allotted += n
         if state.extra.get("rule"):

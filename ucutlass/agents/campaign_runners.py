@@ -140,8 +140,8 @@ def cli_tune(problems: Sequence[str] = (), *, gpu: str = "local", max_workloads:
 
     def tune(problem: str, trials: int, out: Path, epsilon: float | None, window: int | None) -> dict:
         argv = ["tune", problem, "--trials", str(trials), "--out", str(out), "--gpu", gpu,
-                "--max-workloads", str(max_workloads), "--epsilon", str(-1.0 if epsilon is None else epsilon),
-                "--patience", str(window or 1 << 30), *dirs, *extra]
+                "--max-workloads", str(max_workloads), f"--epsilon={-1.0 if epsilon is None else epsilon}",
+                f"--patience={window or 1 << 30}", *dirs, *extra]
         rc, _, err = _cli(argv, timeout_s)
         results = out / "results.json"
         if not results.is_file():
