@@ -46,8 +46,7 @@ def test_shares_follow_headroom():
     states = [ProblemState("far", headroom=16.0), ProblemState("near", headroom=1.1), ProblemState("unknown")]
     got = shares(states, 40, "headroom")
     assert sum(got.values()) == 40 and got["far"] > got["near"] >= got["unknown"] >= 1
-    assert shares(states, 40, "even") == {"far": 14, "near": 13, "unknown": 13} or \
-        sorted(shares(states, 40, "even").values()) == [13, 13, 14]
+    assert sorted(shares(states, 40, "even").values()) == [13, 13, 14]
     assert sum(shares(states, 2, "headroom").values()) == 2  # fewer attempts than problems: the heaviest first
     states[0].stop_reason = "done"
     assert set(shares(states, 5, "headroom")) == {"near", "unknown"} and shares(states, 0, "headroom") == {}

@@ -75,13 +75,16 @@ class ProblemState:
 
     @property
     def spent(self) -> int:
+        """Attempts made (the budget it used)."""
         return len(self.attempts)
 
     def to_json(self) -> dict:
+        """This state as ``state.json`` holds it."""
         return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict) -> "ProblemState":
+        """A state from :meth:`to_json`'s dict."""
         return cls(**{**d, "attempts": [Attempt(**a) for a in d.get("attempts", [])]})
 
 
@@ -135,6 +138,7 @@ class CampaignConfig:
             self.epsilon, self.window = None, None
 
     def rule(self) -> StopRule:
+        """A fresh :class:`StopRule` of this config (a rule that is off never fires)."""
         return StopRule(budget=UNBOUNDED, epsilon=-1.0 if self.epsilon is None else self.epsilon,
                         patience=self.window or UNBOUNDED)
 
@@ -211,6 +215,7 @@ class Campaign:
 
     @property
     def spent(self) -> int:
+        """Attempts made over every problem."""
         return sum(s.spent for s in self.states.values())
 
     def _judge(self, state: ProblemState) -> Judge:
@@ -283,6 +288,7 @@ class Campaign:
                 "budget": self.config.budget}
 
     def write(self, results: dict) -> None:
+        """Write ``results.json`` and ``table.txt`` under ``out`` (nothing in memory only)."""
         if self.out is None:
             return
         _write(self.out / "results.json", json.dumps(results, indent=2))
@@ -352,6 +358,7 @@ class ReplayRunner:
         self.epsilon = epsilon
 
     def attempt(self, tune: RecordedTune, value: float | None, key: int) -> Attempt:
+        """The attempt of one recorded trial (``value``: its T/T_SOL, None when it failed)."""
         from ..search.report import sol_score
 
         s = tune.headroom / value if value else None
