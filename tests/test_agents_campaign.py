@@ -258,3 +258,48 @@ def test_a_failing_runner_stops_its_problem_only_and_is_retried_on_resume(tmp_pa
     runner.broken = False
     res = Campaign(["good", "bad"], runner, CampaignConfig(7), tmp_path).run()
     assert {r["problem"]: r["trials"] for r in res["problems"]} == {"good": 4, "bad": 3}
+
+
+def test_tune_arguments_parse_as_the_tune_command(tmp_path):
+    from ucutlass.agents.campaign_runners import tune_argv
+    from ucutlass.cli import build_parser
+
+    args = build_parser().parse_args(tune_argv(PROBLEM, 7, tmp_path / "t", None, None, problems=["/x"],
+                                               extra=["--dispatch=1", "--batch=4"]))
+    assert (args.command, args.problem, args.trials, args.out) == ("tune", PROBLEM, 7, str(tmp_path / "t"))
+    assert args.epsilon == -1.0 and args.patience == 1 << 30 and args.dispatch == 1 and args.batch == 4
+    assert args.problems == ["/x"]
+    args = build_parser().parse_args(tune_argv(PROBLEM, 3, tmp_path, 0.5, 12))
+    assert (args.epsilon, args.patience) == (0.5, 12)
+
+
+@pytest.mark.parametrize("again_ms, suspect", [(1.2, False), (0.7, True)])
+def test_tuner_best_below_sol_is_graded_again(tmp_path, again_ms, suspect):
+    """A tune whose best is timed at 0.8 T_SOL: best.ucut is graded again; at 1.2 T_SOL the re-measure is believed,
+    at 0.7 T_SOL it is SUSPECT and never the problem's speedup."""
+    from ucutlass.agents.campaign_runners import TunerRunner
+
+    def tune(problem, trials, out, epsilon, window):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "best.ucut").write_text("kernel k : gemm { }\n")
+        return {"headroom_reference_over_sol": 3.0, "stop_reason": f"trial budget of {trials} spent",
+                "best": {"trial": 1}, "trials": [{"number": 0, "state": "COMPLETE", "value": 2.0},
+                                                 {"number": 1, "state": "COMPLETE", "value": 0.8}],
+                "workloads": [{"speedup": 3.0 / 0.8, "sol_score": None, "time_ms": 0.8, "t_sol_ms": 1.0}]}
+
+    graded = []
+
+    def grade(path, problem):
+        graded.append(path.name)
+        perf = {"latency_ms": again_ms, "reference_latency_ms": 3.0, "t_sol_ms": 1.0, "sol_score": 0.9}
+        return {"ok": True, "summary": {"geomean_speedup": 3.0 / again_ms, "mean_sol_score": 0.9},
+                "records": [{"evaluation": {"status": "PASSED", "performance": perf}}]}
+
+    c = Campaign([PROBLEM], TunerRunner(tmp_path, tune, None, None, grade=grade),
+                 CampaignConfig(2, epsilon=None, window=None), tmp_path)
+    row = c.run()["problems"][0]
+    assert graded == ["best.ucut"] and row["flagged"] == 1 and row["suspect"] == int(suspect)
+    if suspect:
+        assert row["speedup"] == pytest.approx(1.5)  # the other trial: 3 / 2.0
+    else:
+        assert row["speedup"] == pytest.approx(3.0 / 1.2) and row["sol_score"] == 0.9

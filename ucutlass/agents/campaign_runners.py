@@ -132,16 +132,23 @@ class AgentRunner:
         return attempt_from_grade(grade, self.epsilon, note="re-measured")
 
 
+def tune_argv(problem: str, trials: int, out: Path, epsilon: float | None, window: int | None, *,
+              problems: Sequence[str] = (), gpu: str = "local", max_workloads: int = 6,
+              extra: Sequence[str] = ()) -> list[str]:
+    """The ``ucutlass tune`` arguments of one grant: the study run on to ``trials`` measured trials in ``out``, with
+    the campaign's ε and w (a rule that is off: ε -1, w 2^30, which never fire)."""
+    return ["tune", problem, "--trials", str(trials), "--out", str(out), "--gpu", gpu, "--max-workloads",
+            str(max_workloads), f"--epsilon={-1.0 if epsilon is None else epsilon}", f"--patience={window or 1 << 30}",
+            *[a for d in problems for a in ("--problems", d)], *extra]
+
+
 def cli_tune(problems: Sequence[str] = (), *, gpu: str = "local", max_workloads: int = 6, timeout_s: float = 3600,
              extra: Sequence[str] = ()) -> Callable[[str, int, Path, float | None, int | None], dict]:
     """A tune function for :class:`TunerRunner`: ``ucutlass tune PROBLEM --trials T --out DIR`` (its study in
     ``DIR/study.db``, resumed by each call), then the ``results.json`` it wrote."""
-    dirs = [a for d in problems for a in ("--problems", d)]
-
     def tune(problem: str, trials: int, out: Path, epsilon: float | None, window: int | None) -> dict:
-        argv = ["tune", problem, "--trials", str(trials), "--out", str(out), "--gpu", gpu,
-                "--max-workloads", str(max_workloads), f"--epsilon={-1.0 if epsilon is None else epsilon}",
-                f"--patience={window or 1 << 30}", *dirs, *extra]
+        argv = tune_argv(problem, trials, out, epsilon, window, problems=problems, gpu=gpu,
+                         max_workloads=max_workloads, extra=extra)
         rc, _, err = _cli(argv, timeout_s)
         results = out / "results.json"
         if not results.is_file():
@@ -176,6 +183,14 @@ class TunerRunner:
                          and not t.get("duplicate") and t.get("status") != "INTERRUPTED"
                          and t["number"] not in seen), key=lambda t: t["number"])
         best_trial = (doc.get("best") or {}).get("trial")
+        rows = [r for r in doc.get("workloads", []) if r.get("speedup")]
+        old = state.best or {}
+        if rows and not (old.get("trial") == best_trial and old.get("remeasured")):  # else: keep the re-measure
+            scores = [r["sol_score"] for r in rows if r.get("sol_score") is not None]
+            below = any(r.get("t_sol_ms") and r["time_ms"] < r["t_sol_ms"] for r in rows)
+            state.best = {"speedup": math.exp(sum(math.log(r["speedup"]) for r in rows) / len(rows)),
+                          "sol_score": sum(scores) / len(scores) if scores else None,
+                          "trial": best_trial, "below_sol": below}
         out = []
         for t in trials:
             v = t.get("value") if t["state"] == "COMPLETE" else None
@@ -184,13 +199,6 @@ class TunerRunner:
             out.append(Attempt(s, near, below_sol=bool(v) and v < 1, key=t["number"],
                                note="best" if t["number"] == best_trial else ""))
             judge(out[-1])
-        rows = [r for r in doc.get("workloads", []) if r.get("speedup")]
-        if rows:
-            scores = [r["sol_score"] for r in rows if r.get("sol_score") is not None]
-            below = any(r.get("t_sol_ms") and r["time_ms"] < r["t_sol_ms"] for r in rows)
-            state.best = {"speedup": math.exp(sum(math.log(r["speedup"]) for r in rows) / len(rows)),
-                          "sol_score": sum(scores) / len(scores) if scores else None,
-                          "trial": best_trial, "below_sol": below}
         reason = doc.get("stop_reason") or ""
         return out, None if reason.startswith("trial budget") or not reason else f"tuner: {reason}"
 
@@ -199,8 +207,9 @@ class TunerRunner:
         if self.grade is None or attempt.note != "best" or not best.is_file():
             return None
         a = attempt_from_grade(self.grade(best, state.problem), self.epsilon, note="best.ucut re-graded")
-        if state.best is not None:
-            state.best.update(speedup=a.speedup, sol_score=a.sol_score, below_sol=a.below_sol)
+        # still below T_SOL: no verified best (the table falls back to the best attempt not SUSPECT)
+        state.best = {"trial": attempt.key, "remeasured": True, "below_sol": a.below_sol,
+                      "speedup": None if a.below_sol else a.speedup, "sol_score": None if a.below_sol else a.sol_score}
         return a
 
 
@@ -211,5 +220,5 @@ def cli_grade(problems: Sequence[str] = (), gpu: str = "local", timeout_s: float
                                                            *dirs], timeout_s))
 
 
-__all__ = ["Tools", "POLICIES", "cli_tools", "cli_tune", "cli_grade", "attempt_from_grade", "AgentRunner",
+__all__ = ["Tools", "POLICIES", "cli_tools", "cli_tune", "tune_argv", "cli_grade", "attempt_from_grade", "AgentRunner",
            "TunerRunner"]
