@@ -303,3 +303,15 @@ def test_tuner_best_below_sol_is_graded_again(tmp_path, again_ms, suspect):
         assert row["speedup"] == pytest.approx(1.5)  # the other trial: 3 / 2.0
     else:
         assert row["speedup"] == pytest.approx(3.0 / 1.2) and row["sol_score"] == 0.9
+
+
+def test_a_tool_past_its_timeout_is_stopped_and_headroom_comes_from_a_grade():
+    from ucutlass.agents.campaign_runners import cli_tools, grade_headroom
+
+    with pytest.raises(RuntimeError, match="no answer within 0.3 s"):
+        cli_tools(timeout_s=0.3)("prompt", {"problem": PROBLEM})
+    doc = _grade_doc(2.0)
+    assert grade_headroom(doc) is None  # no T_SOL (an emulated grade)
+    doc["records"][0]["evaluation"]["performance"].update(t_sol_ms=0.5, reference_latency_ms=2.0)
+    doc["records"].append({"evaluation": {"performance": {"t_sol_ms": 1.0, "reference_latency_ms": 8.0}}})
+    assert grade_headroom(doc) == pytest.approx(4.0 * 2 ** 0.5)  # geomean of 4 and 8

@@ -260,6 +260,7 @@ class Campaign:
         self.log(f"{state.problem}: {len(attempts)} attempts (of {n} granted), {state.spent} in all"
                  + (f"; stopped: {state.stop_reason}" if state.stop_reason else ""))
         self.save()
+        self.write(self.results())  # the table so far: a campaign cut short still leaves one
 
     def run(self) -> dict:
         """Spend the budget; write the outputs; return the results document (:meth:`results`)."""

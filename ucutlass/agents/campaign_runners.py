@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,14 +29,40 @@ Tools = Callable[[str, dict], dict]
 POLICIES: dict[str, Callable[[], Policy]] = {"scripted": DiagnosticFixer}
 
 
+#: Seconds a child given SIGTERM has to close its graders and workers before its process group is killed.
+GRACE_S = 15.0
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the child's process group (``ucutlass`` closes its graders' workers on it), SIGKILL after
+    :data:`GRACE_S`."""
+    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _cli(args: Sequence[str], timeout_s: float) -> tuple[int, str, str]:
-    """Run ``python -m ucutlass.cli ARGS`` in a child process of its own session; (exit code, stdout, stderr)."""
+    """Run ``python -m ucutlass.cli ARGS`` in a child process of its own session; (exit code, stdout, stderr). Past
+    ``timeout_s``, or when the campaign is interrupted, the child's whole process group is stopped (:func:`_stop`)."""
+    proc = subprocess.Popen([sys.executable, "-m", "ucutlass.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
-        p = subprocess.run([sys.executable, "-m", "ucutlass.cli", *args], capture_output=True, text=True,
-                           stdin=subprocess.DEVNULL, timeout=timeout_s, start_new_session=True)
+        out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        _stop(proc)
+        proc.communicate()
         return 124, "", f"ucutlass {' '.join(args[:2])}: no answer within {timeout_s:g} s"
-    return p.returncode, p.stdout, p.stderr
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc.returncode, out, err
 
 
 def _document(command: str, rc: int, out: str, err: str) -> dict:
@@ -81,6 +109,17 @@ def attempt_from_grade(grade: dict | None, epsilon: float | None, note: str = ""
                    note=note)
 
 
+def grade_headroom(grade: dict | None) -> float | None:
+    """geomean(baseline time / T_SOL) over a grade document's records that have both (None: none has; an emulated
+    grade has no T_SOL)."""
+    ratios = []
+    for r in (grade or {}).get("records", []):
+        p = (r.get("evaluation") or {}).get("performance") or {}
+        if p.get("t_sol_ms") and p.get("reference_latency_ms"):
+            ratios.append(p["reference_latency_ms"] / p["t_sol_ms"])
+    return math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+
+
 class AgentRunner:
     """Attempts of an agent policy: the prompt, then each program checked against the problem and, when it checks,
     graded; the policy revises from each feedback document. Its current program is kept in the state (``extra``),
@@ -112,6 +151,9 @@ class AgentRunner:
             a = attempt_from_grade(grade, self.epsilon, note=feedback.get("command", "") + (
                 f": {', '.join(codes)}" if codes else "") + ("" if feedback.get("ok") else " (failed)"))
             out.append(a)
+            h = grade_headroom(grade)
+            if h is not None:
+                state.headroom = h
             if grade and grade.get("ok") and a.speedup is not None:
                 if state.best is None or a.speedup > state.best.get("speedup", 0):
                     state.best = {"speedup": a.speedup, "sol_score": a.sol_score, "program": program}
@@ -220,5 +262,5 @@ def cli_grade(problems: Sequence[str] = (), gpu: str = "local", timeout_s: float
                                                            *dirs], timeout_s))
 
 
-__all__ = ["Tools", "POLICIES", "cli_tools", "cli_tune", "tune_argv", "cli_grade", "attempt_from_grade", "AgentRunner",
+__all__ = ["Tools", "POLICIES", "cli_tools", "cli_tune", "tune_argv", "cli_grade", "attempt_from_grade", "grade_headroom", "AgentRunner",
            "TunerRunner"]
