@@ -54,6 +54,9 @@ def test_shares_follow_headroom():
         CampaignConfig(0)
     with pytest.raises(ValueError, match="window"):
         CampaignConfig(4, window=0)
+    with pytest.raises(ValueError, match="probe"):
+        CampaignConfig(4, probe=0)
+    assert (CampaignConfig(4, spread="even").epsilon, CampaignConfig(4, spread="even").window) == (None, None)
 
 
 def test_budget_goes_where_the_headroom_is_and_stopped_problems_give_theirs_back(tmp_path):

@@ -132,6 +132,8 @@ class CampaignConfig:
             raise ValueError(f"spread must be 'headroom' or 'even', got {self.spread!r}")
         if self.epsilon is not None and self.epsilon < 0:
             raise ValueError(f"--epsilon must be at least 0, got {self.epsilon}")
+        if self.probe < 1:
+            raise ValueError(f"--probe must be at least 1, got {self.probe}")
         if self.window is not None and self.window < 1:
             raise ValueError(f"--window must be at least 1, got {self.window}")
         if self.spread == "even":
