@@ -318,3 +318,18 @@ def test_a_tool_past_its_timeout_is_stopped_and_headroom_comes_from_a_grade():
     doc["records"][0]["evaluation"]["performance"].update(t_sol_ms=0.5, reference_latency_ms=2.0)
     doc["records"].append({"evaluation": {"performance": {"t_sol_ms": 1.0, "reference_latency_ms": 8.0}}})
     assert grade_headroom(doc) == pytest.approx(4.0 * 2 ** 0.5)  # geomean of 4 and 8
+
+
+@pytest.mark.slow
+def test_a_tuner_campaign_without_a_gpu_says_why_each_problem_stopped(tmp_path, capsys):
+    """The real command line up to the GPU: each problem's `ucutlass tune` (a child process) finds none; the
+    campaign records why, writes its table and exits 1 (every problem failed)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the tune would run")
+    out = tmp_path / "c"
+    assert main(["campaign", PROBLEM, "--budget", "2", "--out", str(out)]) == 1
+    row = json.loads((out / "results.json").read_text())["problems"][0]
+    assert row["stop_reason"].startswith("failed: ucutlass tune") and "CUDA GPU" in row["stop_reason"]
+    assert row["trials"] == 0 and "CUDA GPU" in capsys.readouterr().err

@@ -826,7 +826,12 @@ def cmd_campaign(args) -> int:
     print(format_table(results))
     print(f"\ntable: {out / 'table.txt'}\nresults: {out / 'results.json'}\nstate: {out / 'state.json'} "
           "(the same command again resumes)")
-    return 0
+    from .agents.campaign import FAILED
+
+    failed = [r for r in results["problems"] if r["stop_reason"].startswith(FAILED)]
+    for r in failed:
+        print(f"error: {r['problem']}: {r['stop_reason']}", file=sys.stderr)
+    return 1 if len(failed) == len(results["problems"]) else 0
 
 
 # --- parser --------------------------------------------------------------------------------------------

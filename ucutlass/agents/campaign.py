@@ -439,4 +439,4 @@ def format_replay(rows: list[dict]) -> str:
 
 __all__ = ["Attempt", "ProblemState", "Runner", "Judge", "CampaignConfig", "Campaign", "shares", "weight",
            "problem_row", "format_table", "ReplayRunner", "load_records", "replay_campaigns", "format_replay",
-           "STATE_SCHEMA", "BUDGET_SPENT"]
+           "STATE_SCHEMA", "BUDGET_SPENT", "FAILED"]
