@@ -764,6 +764,84 @@ def cmd_mcp(args) -> int:
     return 0
 
 
+def _off_or(kind):
+    """An argparse type: ``kind`` of the text, or None for ``off``."""
+    def parse(text: str):
+        return None if text.lower() == "off" else kind(text)
+    return parse
+
+
+def cmd_campaign(args) -> int:
+    from .agents.campaign import (Campaign, CampaignConfig, format_replay, format_table, load_records,
+                                  replay_campaigns)
+
+    if args.replay:
+        if args.problems_ids:
+            raise UcutError("--replay reads the problems from the records; leave out the problem names")
+        rules = []
+        for r in args.rule or ([f"{args.epsilon if args.epsilon is not None else 0.25}:{args.window or 12}"]):
+            eps, _, w = r.partition(":")
+            try:
+                rules.append((float(eps), int(w)))
+            except ValueError:
+                raise UcutError(f"--rule {r!r}: expected EPS:W, e.g. 0.25:12")
+        try:
+            tunes = load_records(args.replay)
+            rows = replay_campaigns(tunes, rules, budget=args.budget, probe=args.probe)
+        except (OSError, ValueError) as e:
+            raise UcutError(str(e))
+        print(f"{len(tunes)} recorded tunes, {sum(len(t.values) for t in tunes)} recorded trials; budget "
+              f"{rows[0]['results']['budget']}")
+        print(format_replay(rows))
+        for r in rows:
+            print(f"\n{r['policy']}:\n{format_table(r['results'])}")
+        if args.out:
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "replay.json").write_text(json.dumps(rows, indent=2))
+            print(f"\nreplay: {out / 'replay.json'}")
+        return 0
+    if not args.problems_ids:
+        raise UcutError("name the problems of the campaign (or give --replay RECORDS)")
+    if args.budget is None:
+        raise UcutError("--budget N is required: the attempts to spend over every problem")
+    from .problem import find_problem
+
+    ids = [find_problem(p, args.problems).id for p in args.problems_ids]  # an unknown name fails here, at once
+    try:
+        config = CampaignConfig(args.budget, epsilon=args.epsilon, window=args.window, spread=args.spread,
+                                probe=args.probe)
+    except ValueError as e:
+        raise UcutError(str(e))
+    out = Path(args.out)
+    from .agents.campaign_runners import (POLICIES, AgentRunner, TunerRunner, cli_grade, cli_tools,
+                                          cli_tune)
+
+    if args.policy == "tuner":
+        if args.emulate:
+            raise UcutError("--emulate grades an agent's programs as torch ops; the tuner measures on the GPU")
+        runner = TunerRunner(out, cli_tune(args.problems, gpu=args.gpu, max_workloads=args.max_workloads,
+                                           extra=args.tune_arg),
+                             config.epsilon, config.window, grade=cli_grade(args.problems, gpu=args.gpu))
+    else:
+        runner = AgentRunner(POLICIES[args.policy], cli_tools(args.problems, emulate=args.emulate,
+                                                              workloads=args.workloads, gpu=args.gpu),
+                             config.epsilon)
+    try:
+        results = Campaign(ids, runner, config, out, log=lambda s: print(s, file=sys.stderr)).run()
+    except ValueError as e:
+        raise UcutError(str(e))
+    print(format_table(results))
+    print(f"\ntable: {out / 'table.txt'}\nresults: {out / 'results.json'}\nstate: {out / 'state.json'} "
+          "(the same command again resumes)")
+    from .agents.campaign import FAILED
+
+    failed = [r for r in results["problems"] if r["stop_reason"].startswith(FAILED)]
+    for r in failed:
+        print(f"error: {r['problem']}: {r['stop_reason']}", file=sys.stderr)
+    return 1 if len(failed) == len(results["problems"]) else 0
+
+
 # --- parser --------------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -872,6 +950,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="limit of one tool call (its command is killed past it; default 600)")
     _problems_arg(p)
     p.set_defaults(func=cmd_mcp)
+
+    p = sub.add_parser("campaign", help="spend a budget of tuner trials or agent attempts over several problems by "
+                       "SOL headroom, with stop rules; resumable; one table (or --replay recorded tunes offline)")
+    p.add_argument("problems_ids", nargs="*", metavar="PROBLEM")
+    p.add_argument("--budget", type=int, help="attempts in all (tuner trials or programs graded); with --replay "
+                   "default: every recorded trial")
+    p.add_argument("--policy", default="tuner", choices=["tuner", "scripted"],
+                   help="what makes attempts: the Optuna tuner (GPU) or the scripted agent (DiagnosticFixer)")
+    p.add_argument("--epsilon", type=_off_or(float), default=0.25, metavar="E|off",
+                   help="stop a problem within (1+E)·T_SOL once it beats the baseline (default 0.25)")
+    p.add_argument("--window", type=_off_or(int), default=12, metavar="W|off",
+                   help="stop a problem after W attempts without a 1%% gain (default 12)")
+    p.add_argument("--spread", default="headroom", choices=["headroom", "even"],
+                   help="split the budget by SOL headroom, or evenly without the ε and w rules (the baseline)")
+    p.add_argument("--probe", type=int, default=2, help="attempts first given to a problem of unknown headroom")
+    p.add_argument("--out", default="ucutlass-campaign", help="state, table.txt, results.json and the tuner's "
+                   "studies (default ./ucutlass-campaign); rerun the same command to resume")
+    p.add_argument("--replay", nargs="+", metavar="RECORDS", help="replay campaigns on recorded tunes (a tune's "
+                   "folder, or a campaign's --out): the even spread and each --rule, no GPU")
+    p.add_argument("--rule", action="append", metavar="EPS:W", help="a stop rule to replay (repeatable)")
+    p.add_argument("--emulate", action="store_true", help="agent policies: grade as torch ops (CPU; no T_SOL)")
+    p.add_argument("--workloads", type=int, help="agent policies: grade only the first N workloads")
+    p.add_argument("--max-workloads", type=int, default=6, help="tuner: workloads measured per trial")
+    p.add_argument("--tune-arg", action="append", default=[], metavar="ARG",
+                   help="tuner: passed to each `ucutlass tune` (repeatable; e.g. --tune-arg=--dispatch=1)")
+    p.add_argument("--gpu", default="local", help="hardware spec for T_SOL (default: this GPU)")
+    _problems_arg(p)
+    p.set_defaults(func=cmd_campaign)
 
     p = sub.add_parser("problems", help="list the problems ucutlass can find")
     _problems_arg(p)

@@ -114,6 +114,25 @@ class DiagnosticFixer:
         return "\n".join(lines) if changed else None
 
 
+def grade_numbers(grade: dict | None, epsilon: float | None) -> tuple[float | None, bool, bool]:
+    """A grade document's numbers for a stop rule: (geomean speedup over the baseline, or None when it did not pass;
+    within (1 + ε)·T_SOL and faster than the baseline on every workload — False when ``epsilon`` is None or a
+    workload has no T_SOL; some workload timed below T_SOL, status FASTER_THAN_SOL: physically impossible)."""
+    if grade is None:
+        return None, False, False
+    records = [r for r in grade.get("records", []) if r.get("evaluation")]
+    perfs = [r["evaluation"].get("performance") for r in records]
+    below = any(r["evaluation"].get("status") == "FASTER_THAN_SOL" for r in records) or any(
+        p and p.get("t_sol_ms") and p.get("latency_ms") is not None and p["latency_ms"] < p["t_sol_ms"] for p in perfs)
+    speedup, near = None, False
+    if grade.get("ok") and grade.get("summary"):
+        speedup = grade["summary"].get("geomean_speedup")
+        near = epsilon is not None and bool(perfs) and all(
+            p and p.get("t_sol_ms") and p["latency_ms"] <= (1 + epsilon) * p["t_sol_ms"]
+            and p["latency_ms"] < p["reference_latency_ms"] for p in perfs)
+    return speedup, near, below
+
+
 @dataclass
 class StopRule:
     """When to stop spending attempts on a problem (μCUTLASS's rules).
@@ -135,12 +154,7 @@ class StopRule:
 
     def record(self, grade: dict | None) -> bool:
         """Count one attempt (its grade document, or None when it did not get as far as a grade); True to stop."""
-        speedup, near = None, False
-        if grade is not None and grade.get("ok") and grade.get("summary"):
-            speedup = grade["summary"].get("geomean_speedup")
-            perfs = [r["evaluation"]["performance"] for r in grade.get("records", [])]
-            near = bool(perfs) and all(p and p.get("t_sol_ms") and p["latency_ms"] <= (1 + self.epsilon) * p["t_sol_ms"]
-                                       and p["latency_ms"] < p["reference_latency_ms"] for p in perfs)
+        speedup, near, _ = grade_numbers(grade, self.epsilon)
         return self.observe(speedup, near)
 
     def observe(self, speedup: float | None, near_sol: bool) -> bool:
@@ -217,5 +231,5 @@ async def run_episode(policy: Policy, call: ToolCall, problem: str, *, rule: Sto
         program = revised
 
 
-__all__ = ["Policy", "DiagnosticFixer", "StopRule", "Episode", "run_episode", "starting_program",
+__all__ = ["Policy", "DiagnosticFixer", "StopRule", "grade_numbers", "Episode", "run_episode", "starting_program",
            "closest_choice"]
