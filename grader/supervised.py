@@ -71,7 +71,8 @@ def grade_in_child(problem: Problem, solution: SolutionRef, workloads: Sequence[
         ended (e.g. "killed by SIGKILL") in the reason.
 
     Raises:
-        GraderError: what the grader raised in the child (a broken problem, a worker that cannot start).
+        GraderError: what the grader raised in the child (a broken problem, a worker that cannot start); its
+            ``results`` are the workloads graded before it.
     """
     import multiprocessing
 
@@ -115,7 +116,9 @@ def grade_in_child(problem: Problem, solution: SolutionRef, workloads: Sequence[
         proc.kill()
         proc.join()
     if error is not None:
-        raise GraderError(error)
+        err = GraderError(error)
+        err.results = [got[w.uuid] for w in wls if w.uuid in got]  # the verdicts reached before it: kept
+        raise err
     out = []
     for w in wls:
         r = got.get(w.uuid)

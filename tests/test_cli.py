@@ -259,3 +259,27 @@ def test_tune_and_compile_name_the_kernels_of_a_file_with_several(capsys, tmp_pa
     assert rc == 1 and "--kernel mdi" in err and "did you mean 'mid'?" in err
     rc, out, err = run(capsys, "compile", str(spec), "--kernel", "nope", "--emit-only")
     assert rc == 1 and "has no such kernel" in err and "kernels: decode, mid, large" in err
+
+
+@pytest.mark.slow
+def test_grade_keeps_the_workloads_graded_before_the_grader_stops(tmp_path, capsys):
+    """A reference that fails on the second workload stops the grader (a broken problem, exit 1); the first
+    workload's verdict is still printed and written to -o."""
+    import shutil
+
+    data = Path(__file__).parent / "grader" / "data"
+    folder = tmp_path / "gemm_bias"
+    shutil.copytree(data / "gemm_bias", folder)
+    d = json.loads((folder / "definition.json").read_text())
+    d["reference"] = ("import torch\n\n\ndef run(A, B, bias):\n    if A.shape[0] == 17:\n"
+                      "        raise RuntimeError('the reference breaks at M = 17')\n    return A @ B.T + bias\n")
+    (folder / "definition.json").write_text(json.dumps(d))
+    out = tmp_path / "records.json"
+    code = main(["grade", str(data / "solutions" / "gemm_honest.py"), str(folder), "--workloads", "2",
+                 "-o", str(out)])
+    captured = capsys.readouterr()
+    assert code == 1 and "the reference breaks at M = 17" in captured.err
+    records = json.loads(out.read_text())
+    assert [r["evaluation"]["status"] for r in records] == ["PASSED"]
+    assert "M=1" in captured.out and "PASSED" in captured.out  # the table of what was graded
+    assert "the grader stopped after 1 workload(s)" in captured.err

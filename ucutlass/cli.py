@@ -626,7 +626,18 @@ def cmd_grade(args) -> int:
             print(f"note: no T_SOL ({e}); SOL scores are left out", file=sys.stderr)
     # In a child process: a candidate that kills the process grading it (where the OS cannot stop it) leaves
     # CRASHED verdicts, not a silent exit 137.
-    results = grade_in_child(problem, solution, workloads, t_sol_ms=t_sol, timeout_s=args.timeout)
+    try:
+        results = grade_in_child(problem, solution, workloads, t_sol_ms=t_sol, timeout_s=args.timeout)
+    except UcutError as e:  # the grader stopped (a reference out of memory): what it graded before is kept
+        done = getattr(e, "results", None)
+        if done and args.output:
+            Path(args.output).write_text(json.dumps([r.to_json() for r in done], indent=2))
+        if done and not args.json:
+            print(format_table(done))
+            print(f"note: the grader stopped after {len(done)} workload(s); "
+                  + (f"their records are in {args.output}" if args.output else "pass -o FILE to keep their records"),
+                  file=sys.stderr)
+        raise
     records = [r.to_json() for r in results]
     if args.output:
         Path(args.output).write_text(json.dumps(records, indent=2))
