@@ -290,10 +290,8 @@ def _scalars(low, decls: dict[str, Decl], setting_pos: dict[str, Pos], values: d
     """``scale : f32 <- s`` / ``softcap : f32 <- c`` (problem scalars; removed from ``decls``); ``= number`` sets
     the setting instead. Reports a scalar also set as a setting, dims, a dtype other than f32, a missing source."""
     out = []
-    for name in SCALARS:
-        d = decls.pop(name, None)
-        if d is None:
-            continue
+    for name in sorted((n for n in SCALARS if n in decls), key=lambda n: decls[n].pos.start):
+        d = decls.pop(name)
         if name in setting_pos:
             low.error("duplicate-setting", f"{name} is set twice: as a setting (line {setting_pos[name].line}) and "
                       "declared as a scalar", d.name_pos)
