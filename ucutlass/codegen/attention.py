@@ -42,6 +42,10 @@ def template_values(kernel: AttentionKernel, source_file: str = "<string>") -> d
     elif kernel.softcap is not None:
         softcap_expr = repr(float(kernel.softcap)) + "f"
     bias = kernel.bias
+    desc = [part for part, on in (("softcap c*tanh(s/c)", bool(softcap_expr)),
+                                  ("+ bias" + (" (per batch)" if bias is not None and bias.dims[0] == "B" else ""),
+                                   bias is not None),
+                                  (f"window {kernel.window}", kernel.window is not None)) if on]
     return {
         "ucutlass_version": __version__,
         "source_file": source_file,
@@ -53,6 +57,7 @@ def template_values(kernel: AttentionKernel, source_file: str = "<string>") -> d
         "head_dim": kernel.head_dim,
         "tile_head_dim": kernel.tile_head_dim,
         "variant": kernel.is_variant,
+        "modifier_desc": "; ".join(desc),
         "scalars_used": bool(abi.scalar_names),
         "softcap_expr": softcap_expr,
         "window": kernel.window or 0,
