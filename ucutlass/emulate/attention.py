@@ -55,15 +55,21 @@ class AttentionEmulator:
         scale = 1.0 / math.sqrt(k.head_dim) if k.scale is None else float(k.scale)
         scale = float(given.get("scale", scale))
         softcap = given.get("softcap", k.softcap)
+        eager = k.scores == "eager"
+        low = t["q"].dtype
+
+        def r(x):  # eager scores: every step rounded to the operands' dtype
+            return x.to(low).float() if eager else x
+
         with exact_f32():
-            s = torch.matmul(q, kk.transpose(-1, -2)) * scale
+            s = r(r(torch.matmul(q, kk.transpose(-1, -2))) * scale)
             if softcap is not None:
-                s = torch.tanh(s / float(softcap)) * float(softcap)
+                s = r(r(torch.tanh(r(s / float(softcap)))) * float(softcap))
             if k.bias is not None:
                 bias = t["bias"].float()
                 if len(k.bias.dims) == 4:  # [B, 1, Sq, Sk]
                     bias = bias.squeeze(1)
-                s = s + (bias.unsqueeze(1) if bias.dim() == 3 else bias)  # over heads (and batches)
+                s = r(s + (bias.unsqueeze(1) if bias.dim() == 3 else bias))  # over heads (and batches)
             sq, sk = s.shape[-2:]
             i = torch.arange(sq, device=s.device).unsqueeze(1)
             j = torch.arange(sk, device=s.device).unsqueeze(0)

@@ -32,7 +32,10 @@ ATTENTION_SETTINGS = ("target", "mask", "scale", "tile", "schedule", "stages", "
 #: Extents passed at run time, in ``extents`` order.
 EXTENTS = ("B", "Sq", "Sk", "Hq", "Hkv", "D")
 #: Variant fields and their defaults: left out of the digest at their default, so older kernels keep their digests.
-VARIANT_DEFAULTS = {"bias": None, "softcap": None, "window": None, "scalars": ()}
+VARIANT_DEFAULTS = {"bias": None, "softcap": None, "window": None, "scalars": (), "scores": "f32"}
+#: Score precision: ``f32`` (the FMHA's) or ``eager`` (each step of the modifier rounded to the operands' dtype, as an
+#: eager PyTorch reference computing ``q @ k.T * scale``, ``/ c``, ``tanh``, ``* c``, ``+ mask`` in bf16 does).
+SCORES = ("f32", "eager")
 #: Head dims run on a wider tile: D zero-filled to it by TMA (88's can_implement takes D ≤ the tile's head dim).
 PADDED_HEAD_DIMS = {96: 128, 192: 256}
 
@@ -80,6 +83,8 @@ class AttentionKernel:
     window: Any = None
     #: ``scale`` / ``softcap`` read from problem scalars at run time (kind scalar, value None), declaration order
     scalars: tuple[EpilogueInput, ...] = ()
+    #: score precision (:data:`SCORES`)
+    scores: Any = "f32"
 
     family = "attention"
 
@@ -105,7 +110,7 @@ class AttentionKernel:
     @property
     def is_variant(self) -> bool:
         """True when the scores need our score modifier (bias, softcap, window) rather than 88's fusions."""
-        return self.bias is not None or self.has_softcap or self.window is not None
+        return self.bias is not None or self.has_softcap or self.window is not None or self.scores == "eager"
 
     @property
     def dtype(self) -> DType:
@@ -114,7 +119,7 @@ class AttentionKernel:
 
     def choices(self) -> dict[str, Choice]:
         """Open choices keyed by setting name."""
-        return {key: getattr(self, key) for key in ATTENTION_SETTINGS + ("softcap", "window")
+        return {key: getattr(self, key) for key in ATTENTION_SETTINGS + ("softcap", "window", "scores")
                 if isinstance(getattr(self, key), Choice)}
 
     def is_concrete(self) -> bool:
@@ -147,6 +152,8 @@ class AttentionKernel:
             parts.append("win" + spell(self.window))
         if self.bias is not None:
             parts.append("bias" + "".join(d.lower() for d in self.bias.dims))
+        if self.scores != "f32":
+            parts.append(f"scores{spell(self.scores)}")
         return "_".join(parts)
 
     def build_config(self) -> "AttentionKernel":

@@ -38,6 +38,7 @@ import math
 from typing import Any
 
 from ..errors import did_you_mean
+from ..ir.attention import SCORES
 from ..ir import MASKS, AttentionKernel, DType, EpilogueInput, EpilogueInputKind, Layout, Operand, Pos, Schedule, Target
 from .ast import Decl, SettingNode
 from .settings import FAILED, SETTINGS, Bad, dtype_converter, stages_value
@@ -130,13 +131,15 @@ def _settings():
         "accum": _enum("accum", ("f32",), DType),
         "softcap": _softcap,
         "window": _window,
+        "scores": _enum("scores", SCORES),
     }
 
 
 #: Defaults of the settings (typed): sm90, no mask, scale 1/sqrt(D), 128x128, auto schedule/stages/persistence.
 ATTENTION_DEFAULTS: dict[str, Any] = {"target": Target.sm90, "mask": "none", "scale": None, "tile": (128, 128),
                                       "schedule": Schedule.auto, "stages": None, "persistent": None,
-                                      "accum": DType.f32, "softcap": None, "window": None}
+                                      "accum": DType.f32, "softcap": None, "window": None,
+                                      "scores": "f32"}
 
 
 def lower_attention(low, k) -> AttentionKernel | None:
