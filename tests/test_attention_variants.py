@@ -101,7 +101,8 @@ def test_rules_head_dims_and_sm100():
 def test_render_of_the_variant_path():
     src = codegen.render(one(attn("  bias : f32[B, Sq, Sk]\n  softcap : f32 <- cap", d=96,
                                   settings="mask = causal  window = 32")))
-    assert "using Fusion = VariantFusion;" in src and "struct VariantFusion : cutlass::fmha::collective::CausalFusion" in src
+    assert "using Fusion = VariantFusion;" in src
+    assert "struct VariantFusion : cutlass::fmha::collective::CausalFusion" in src
     assert "cute::_128>;" in src and "constexpr int kHeadDim = 96;" in src
     assert "masked = masked || kj < qi - 32;" in src and "::tanhf(" in src
     assert "vp.softcap = static_cast<float>(scalars[0]);" in src

@@ -1,4 +1,5 @@
-"""The attention family's binding: q, k, v, o[, lse][, bias] and the scalars scale / softcap ↔ a problem's tensors, and the extents of their shapes.
+"""The attention family's binding: q, k, v, o[, lse][, bias] and the scalars scale / softcap ↔ a problem's tensors,
+and the extents of their shapes.
 
 :func:`bind_attention` is :func:`ucutlass.bind.bind` for ``kernel NAME : attention`` (the grader and tuner use it
 through that table); :func:`extents_of` reads ``B, Sq, Sk, Hq, Hkv, D`` from operand shapes, for a binding's

@@ -2,8 +2,8 @@
 
 ``mod`` is the score modifier of the variants, in this order: logit soft-capping (``softcap``: s ↦ c·tanh(s / c), as
 Gemma 2/3), an additive ``bias`` ([Sq, Sk], [B, Sq, Sk] or [B, 1, Sq, Sk]: broadcast over heads, and over batches when
-it has no B), the causal mask and the sliding ``window`` (query i sees keys j ≥ i − window). ``scale`` and ``softcap``
-may be problem scalars (:attr:`AttentionKernel.scalars`). Head dims 96 and 192 run on the 128 and 256 tiles
+it has no B), the causal mask and the sliding ``window`` (query i sees keys j ≥ i − window). ``scale`` and
+``softcap`` may be problem scalars (:attr:`AttentionKernel.scalars`). Head dims 96 and 192 run on the 128 and 256 tiles
 (:func:`padded_head_dim`).
 
 Grouped-query attention (GQA: query head h reads KV head h / (Hq / Hkv), K and V never repeated in memory) and
