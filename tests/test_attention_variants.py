@@ -219,11 +219,12 @@ def test_example_for_l1_047_grades_emulated_on_its_smallest_workload(tmp_path):
 
 @pytest.mark.nvcc
 def test_the_variant_template_path_compiles(tmp_path_factory):
-    """One build of every variant piece at once: per-batch bias, soft-capping from a scalar, causal window, D 96."""
+    """One build of every variant piece at once: per-batch bias, soft-capping from a scalar, causal window, D 96,
+    eager scores (the f32-score path of the same template compiled too while this was written)."""
     from ucutlass.build import build_kernels
 
     kernel = one(attn("  bias : bf16[B, 1, Sq, Sk]\n  softcap : f32 <- cap", d=96,
-                      settings="mask = causal   window = 64"))
+                      settings="mask = causal   window = 64   scores = eager"))
     result = build_kernels([kernel], root=tmp_path_factory.mktemp("attnvar_cache"), timeout_s=900)[0]
     assert result.ok, f"{result.error}\n{result.log[-3000:]}"
     assert result.so_path.stat().st_size > 0
