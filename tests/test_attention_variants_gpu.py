@@ -82,7 +82,7 @@ def _causal(sq, sk, window=None, causal=True):
     return keep & (j >= i - window) if window is not None else keep
 
 
-@pytest.mark.parametrize("case", [(2, 256, 256, 8, 2), (1, 200, 520, 4, 1), (3, 136, 136, 4, 2)])
+@pytest.mark.parametrize("case", [(2, 256, 256, 8, 2), (1, 200, 520, 4, 1), (3, 136, 136, 4, 2)])  # the last: B > Hq/Hkv, forked launches share the values
 def test_shared_bias_is_sdpas_attn_mask(kernels, case):
     b, sq, sk, hq, hkv = case
     q, k, v = _qkv(*case, 128, seed=sum(case))
@@ -124,7 +124,7 @@ def test_causal_sliding_window(kernels, case):
 
 
 def test_window_bias_softcap_at_head_dim_96(kernels):
-    case = (3, 264, 264, 4, 2)  # B > Hq/Hkv: launches on forked streams share the modifier's values
+    case = (3, 264, 264, 4, 2)  # a per-batch bias: one launch per batch, in order (B > Hq/Hkv)
     b, sq, sk, hq, hkv = case
     q, k, v = _qkv(*case, 96, seed=3)
     bias = torch.randn(b, sq, sk, device="cuda").bfloat16()
