@@ -82,7 +82,8 @@ def _causal(sq, sk, window=None, causal=True):
     return keep & (j >= i - window) if window is not None else keep
 
 
-@pytest.mark.parametrize("case", [(2, 256, 256, 8, 2), (1, 200, 520, 4, 1), (3, 136, 136, 4, 2)])  # the last: B > Hq/Hkv, forked launches share the values
+# the last case: B > Hq/Hkv, the launches on forked streams share the modifier's values
+@pytest.mark.parametrize("case", [(2, 256, 256, 8, 2), (1, 200, 520, 4, 1), (3, 136, 136, 4, 2)])
 def test_shared_bias_is_sdpas_attn_mask(kernels, case):
     b, sq, sk, hq, hkv = case
     q, k, v = _qkv(*case, 128, seed=sum(case))
