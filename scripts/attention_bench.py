@@ -1,5 +1,9 @@
 """Attention on the GPU: ucutlass FMHA kernels (CUTLASS example 88) against torch SDPA's backends.
 
+``--variants`` times the attention variants of issue 20 instead (bias, soft-capping, window, scalar scale, head dims
+96 and 192, eager scores), each against SDPA given the same mask / scale (a bias or window as ``attn_mask``; SDPA has
+no soft-capping, so a soft-capped row's SDPA time is that of the same attention uncapped).
+
 Run by scripts/device_attention_bench.sh (on the H200). Each side gets the layout it is fed in real use, and the
 table says which: ucutlass reads BSHD ([B, S, H, D], what a fused QKV projection writes), SDPA contiguous BHSD;
 the ``*_bhsd`` variants give ucutlass SDPA's BHSD inputs (GQA in one launch; BSHD needs min(B, Hq/Hkv)).
@@ -99,14 +103,106 @@ def default_backend(q, k, v, causal, gqa) -> str:
     return f"{picked}; kernel {launched[:60]}"
 
 
+#: --variants: name -> (B, S, Hq, Hkv, D, kernel lines (operands beyond q, k, v, o; settings), SDPA arguments maker)
+VARIANT_ROWS = {
+    "bias_shared": (4, 4096, 32, 8, 128, "bias : bf16[Sq, Sk]   mask = none", "bias"),
+    "bias_batched_causal": (4, 4096, 32, 8, 128, "bias : bf16[B, 1, Sq, Sk]   mask = causal", "bias_causal"),
+    "softcap_causal": (4, 4096, 32, 8, 128, "softcap = 50.0   mask = causal", "causal"),
+    "window1024_causal": (4, 4096, 32, 8, 128, "window = 1024   mask = causal", "window"),
+    "scale_scalar_causal": (4, 4096, 32, 8, 128, "scale : f32 <- scale   mask = causal", "scale"),
+    "d96_causal": (4, 4096, 32, 8, 96, "mask = causal", "causal"),
+    "d192_causal": (4, 4096, 32, 8, 192, "mask = causal   tile = 128x64   stages = 4", "causal"),
+    "l1_047_eager": (4, 2056, 24, 8, 128, "bias : bf16[B, 1, Sq, Sk]   softcap : f32 <- softcap   scores = eager",
+                     "bias"),
+}
+
+
+def variants_main(out: Path) -> int:
+    """Time each :data:`VARIANT_ROWS` kernel and SDPA (default backend, its pick) with the same arguments."""
+    kernels = {}
+    for name, (_, _, _, _, d, lines, _) in VARIANT_ROWS.items():
+        text = (f"kernel {name} : attention {{\n  target = sm90\n"
+                f"  q : bf16[B, Sq, Hq, {d}]   k : bf16[B, Sk, Hkv, {d}]\n"
+                f"  v : bf16[B, Sk, Hkv, {d}]   o : bf16[B, Sq, Hq, {d}]\n  {lines}\n}}\n")
+        kernels[name] = parse(text).kernel()
+    results = build_kernels(list(kernels.values()), timeout_s=900)
+    records, table = [], ["| variant | B×S | Hq/Hkv | D | ucutlass ms | SDPA ms (backend) | ratio | max abs err |",
+                          "|---|---|---|---|---|---|---|---|"]
+    torch.manual_seed(0)
+    for (name, kernel), r in zip(kernels.items(), results):
+        b, s, hq, hkv, d, _, sdpa_kind = VARIANT_ROWS[name]
+        rec = {"variant": name, "B": b, "S": s, "Hq": hq, "Hkv": hkv, "D": d, "sdpa_args": sdpa_kind}
+        if not r.ok:
+            rec["error"] = f"build: {r.error}"
+            records.append(rec)
+            continue
+        kern = load_kernel(r.so_path, kernel)
+        q = torch.randn(b, s, hq, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, s, hkv, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(b, s, hkv, d, device="cuda", dtype=torch.bfloat16)
+        o = torch.empty_like(q)
+        args = dict(q=q, k=k, v=v, o=o)
+        i = torch.arange(s, device="cuda").unsqueeze(1)
+        j = torch.arange(s, device="cuda").unsqueeze(0)
+        sdpa = {"is_causal": sdpa_kind in ("causal", "scale")}
+        if kernel.bias is not None:
+            args["bias"] = torch.randn(*(b, 1, s, s) if kernel.bias.dims[0] == "B" else (s, s), device="cuda",
+                                       dtype=torch.bfloat16)
+            mask = args["bias"]
+            if sdpa_kind == "bias_causal":
+                mask = mask.masked_fill(j > i, float("-inf"))
+            sdpa["attn_mask"] = mask
+        if sdpa_kind == "window":
+            sdpa = {"attn_mask": (j <= i) & (j >= i - kernel.window)}
+        if kernel.scalar("scale") is not None:
+            args["scale"] = sdpa["scale"] = 0.1
+        if kernel.scalar("softcap") is not None:
+            args["softcap"] = 50.0
+        qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+        try:
+            kern(**args)
+            torch.cuda.synchronize()
+            rec["ucutlass_ms"] = bench(lambda: kern(**args))
+            ref = F.scaled_dot_product_attention(qh, kh, vh, enable_gqa=True, **sdpa).transpose(1, 2)
+            if not kernel.has_softcap:
+                rec["max_abs_err"] = (o.float() - ref.float()).abs().max().item()
+            rec["sdpa_ms"] = bench(lambda: F.scaled_dot_product_attention(qh, kh, vh, enable_gqa=True, **sdpa))
+            rec["sdpa_backend"] = default_backend(qh, kh, vh, sdpa.get("is_causal", False), True) \
+                if "attn_mask" not in sdpa else "with attn_mask"
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        records.append(rec)
+        print(json.dumps(rec), flush=True)
+        um, sm = rec.get("ucutlass_ms"), rec.get("sdpa_ms")
+        table.append(f"| {name} | {b}×{s} | {hq}/{hkv} | {d} | {um and f'{um:.3f}'} | {sm and f'{sm:.3f}'} "
+                     f"({rec.get('sdpa_backend')}) | {f'{sm / um:.3f}' if um and sm else 'n/a'} | "
+                     f"{rec.get('max_abs_err', 'n/a (softcap)')} |")
+        del q, k, v, o, qh, kh, vh, args
+        torch.cuda.empty_cache()
+    lines = ["# Attention variants on the H200: ucutlass vs torch SDPA with the same mask / scale", "",
+             f"torch {torch.__version__}, {torch.cuda.get_device_name()}, bf16, BSHD for ucutlass, contiguous BHSD "
+             "for SDPA; ratio = SDPA ms / ucutlass ms. SDPA has no soft-capping: a capped row's SDPA time is "
+             "uncapped.", "", *table]
+    errors = [f"- {r['variant']}: {r['error']}" for r in records if "error" in r]
+    if errors:
+        lines += ["", "Errors:", *errors]
+    (out / "attention_variants_bench.md").write_text("\n".join(lines) + "\n")
+    (out / "attention_variants_bench.json").write_text(json.dumps(records, indent=2))
+    print("\n".join(lines))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--tuned", help="a concrete .ucut (e.g. tune's best.ucut) to time as 'tuned'")
     ap.add_argument("--build-only", action="store_true", help="only build the fixed variants into the kernel cache")
     ap.add_argument("--sdpa-only", action="store_true", help="time SDPA alone (and name the backend torch picks)")
+    ap.add_argument("--variants", action="store_true", help="time the attention variants (issue 20) vs SDPA")
     args = ap.parse_args()
     out = Path(args.out)
+    if args.variants:
+        return variants_main(out)
 
     kernels = []
     for causal in (True, False):

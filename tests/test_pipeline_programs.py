@@ -58,6 +58,10 @@ SHRUNK = [
     (EX / "pipeline_swiglu_backward.ucut", "L2_005_swiglu_mlp_backward", {"hidden_size": 256, "intermediate_size": 512}),
 ]
 GPU_PIPELINES += [(path, pid) for path, pid, _ in SHRUNK[2:]]
+#: Issue 20: L1_047 (mask + soft-capping; emulated grade pinned in tests/test_attention_variants.py): a known
+#: difference too: the reference rounds the normalized P to bf16 (~97% of elements within tolerance, 99% required).
+GPU_PIPELINES.append((EX / "pipeline_attention_softcap_mask.ucut", "L1_047_attention_with_qk_norm_and_rope"))
+KNOWN_DIFFERENT.append(GPU_PIPELINES[-1])
 ALL = CPU_PIPELINES + GPU_PIPELINES
 
 

@@ -26,6 +26,8 @@ RULES: dict[str, str] = {
     "sm100.attn-schedule": "attention schedule is auto (77 has one warp-specialized kernel)",
     "sm100.attn-stages": "attention stages are auto (fixed by 77's mainloop)",
     "sm100.attn-extents": "given extents: Hq a multiple of Hkv, causal needs Sq <= Sk",
+    "sm100.attn-variant": "softcap, window, bias and scalar scale are sm90 only (our score modifier is in the sm90 "
+                          "template; 77's mainloop has no fusion hook of that kind)",
 }
 
 
@@ -56,5 +58,11 @@ def check_kernel(kernel, extents: Mapping[str, int] | None = None) -> list[Diagn
     if kernel.stages is not None:
         out.append(diag("sm100.attn-stages", "stages: the sm100 FMHA fixes its pipeline depths",
                         pos(kernel, "stages"), ("auto",)))
+    variants = [name for name, on in (("bias", kernel.bias is not None), ("softcap", kernel.has_softcap),
+                                      ("window", kernel.window is not None),
+                                      ("scale : f32 <- …", kernel.scalar("scale") is not None)) if on]
+    if variants:
+        out.append(diag("sm100.attn-variant", f"{', '.join(variants)}: the sm100 FMHA has no score modifier yet; "
+                        "use target = sm90", pos(kernel, "target"), ("sm90",)))
     out += check_extents(kernel, extents, "sm100")
     return out

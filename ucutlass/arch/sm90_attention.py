@@ -11,6 +11,12 @@ Facts used (headers of the installed wheel, ``cutlass_library/source/examples/88
   ``Tag::kIsPersistent`` and ``Tag::kLoadsQSeparately`` forced on.
 - ``kernel/fmha_kernel_tma_warpspecialized.hpp``: a persistent kernel keeps one epilogue TensorStorage per MMA
   warpgroup beside the mainloop's; a non-persistent one overlays them (a union).
+- ``collective/fmha_fusion.hpp``: the mainloop calls ``Fusion{}.before_softmax(acc_qk, index_qk, problem_size)``
+  on the unscaled Q·Kᵀ tile of every "masked" KV block (``get_masked_trip_count``), with (query, key) indices;
+  a stateless, default-constructed Fusion: our score modifier (softcap, bias, window) reads its run-time values from
+  ``__constant__`` memory (templates/sm90_fmha.cu.j2) and masks every KV block.
+- ``can_implement``: D ≤ the tile's head dim, D % 8 == 0: D = 96 and 192 run on the 128 and 256 tiles, the missing
+  columns zero-filled by TMA (4/3 of the FLOPs of Q·Kᵀ and P·V).
 - Measured on the H200 (shared/reference/cutlass/README.md): BlockKV 256 at D = 128 fails at initialize
   (the 5 KV stages need 320 KiB); this is the ``sm90.attn-smem`` rule.
 """
@@ -27,7 +33,7 @@ from ._common import diag, kib, pos
 SMEM_BYTES = 227 * 1024
 #: Barriers and pipeline state beside the tensors (a few hundred bytes; rounded up).
 SMEM_RESERVED = 1024
-HEAD_DIMS = (32, 64, 128, 256)  # the head dims 88_hopper_fmha.cu runs (run_fwd_32 ... run_fwd_256)
+HEAD_DIMS = (32, 64, 96, 128, 192, 256)  # 88_hopper_fmha.cu's (run_fwd_32 ... run_fwd_256), 96 and 192 padded
 BLOCK_Q = (128,)
 BLOCK_KV = (64, 128, 256)
 #: 88's default KV pipeline depth (Tag::kStagesKV).
@@ -35,7 +41,7 @@ DEFAULT_STAGES = 5
 NUM_MMA_WARPGROUPS = 2
 
 RULES: dict[str, str] = {
-    "sm90.attn-head-dim": "attention head dim D is 32, 64, 128 or 256",
+    "sm90.attn-head-dim": "attention head dim D is 32, 64, 96, 128, 192 or 256 (96, 192 on the 128, 256 tiles)",
     "sm90.attn-tile": "attention tile BlockQ is 128 (two MMA warpgroups x 64 rows), BlockKV 64, 128 or 256",
     "sm90.attn-pingpong-persistent": "attention pingpong is always persistent (88's FmhaBuilder forces it)",
     "sm90.attn-stages": "attention KV stages >= 2",
@@ -63,7 +69,7 @@ def smem_bytes(kernel, stages: int | None = None) -> int:
     for persistent kernels, where it does not overlay the mainloop's storage.
     """
     e = kernel.dtype.bytes
-    d = kernel.head_dim
+    d = kernel.tile_head_dim
     block_q, block_kv = kernel.tile
     stages = stages or kernel.stages or DEFAULT_STAGES
     q = NUM_MMA_WARPGROUPS * (block_q // NUM_MMA_WARPGROUPS) * d * e
@@ -98,8 +104,8 @@ def check_kernel(kernel, extents: Mapping[str, int] | None = None) -> list[Diagn
         raise ValueError(f"kernel {kernel.name!r} has open choices {sorted(kernel.choices())}; resolve them first")
     out: list[Diagnostic] = []
     if kernel.head_dim not in HEAD_DIMS:
-        out.append(diag("sm90.attn-head-dim", f"head dim {kernel.head_dim}: the sm90 FMHA takes D in 32, 64, 128, 256",
-                        kernel.q.pos, HEAD_DIMS))
+        out.append(diag("sm90.attn-head-dim", f"head dim {kernel.head_dim}: the sm90 FMHA takes D in 32, 64, 96, 128, "
+                        "192, 256 (96 and 192 run on the 128 and 256 tiles)", kernel.q.pos, HEAD_DIMS))
     block_q, block_kv = kernel.tile
     if block_q not in BLOCK_Q or block_kv not in BLOCK_KV:
         valid = [f"{q}x{kv}" for q in BLOCK_Q for kv in BLOCK_KV]

@@ -1,4 +1,5 @@
-"""The attention family's binding: q, k, v, o[, lse] ↔ a problem's tensors, and the extents of their shapes.
+"""The attention family's binding: q, k, v, o[, lse][, bias] and the scalars scale / softcap ↔ a problem's tensors,
+and the extents of their shapes.
 
 :func:`bind_attention` is :func:`ucutlass.bind.bind` for ``kernel NAME : attention`` (the grader and tuner use it
 through that table); :func:`extents_of` reads ``B, Sq, Sk, Hq, Hkv, D`` from operand shapes, for a binding's
@@ -39,6 +40,23 @@ def _merge(kernel: AttentionKernel, found: dict[str, tuple[int, str]], name: str
         found.setdefault(dim, (size, name))
 
 
+def _merge_bias(kernel: AttentionKernel, found: dict[str, tuple[int, str]], shape: Sequence[int],
+                errors: list[str]) -> None:
+    """The bias's extents (its Sq, Sk and B must be the q and k ones; a dim ``1`` must be 1)."""
+    dims = kernel.bias.dims
+    if len(shape) != len(dims):
+        errors.append(f"bias: expected {len(dims)} dims [{', '.join(dims)}], got shape {list(shape)}")
+        return
+    for dim, size in zip(dims, shape):
+        if dim.isdigit():
+            if int(size) != int(dim):
+                errors.append(f"bias: the dim declared {dim} is {size} (one bias for every head)")
+            continue
+        if dim in found and found[dim][0] != size:
+            errors.append(f"bias: {dim} = {size}, but {found[dim][1]} gives {dim} = {found[dim][0]}")
+        found.setdefault(dim, (int(size), "bias"))
+
+
 def extents_of(kernel: AttentionKernel, shapes: Mapping[str, Sequence[int]]) -> tuple[dict[str, int], list[str]]:
     """Extents ``B, Sq, Sk, Hq, Hkv, D`` from operand shapes, and the disagreements found (as messages).
 
@@ -49,6 +67,8 @@ def extents_of(kernel: AttentionKernel, shapes: Mapping[str, Sequence[int]]) -> 
     for name in ("q", "k", "v", "o", "lse"):
         if name in shapes and getattr(kernel, name) is not None:
             _merge(kernel, found, name, shapes[name], errors)
+    if kernel.bias is not None and "bias" in shapes:
+        _merge_bias(kernel, found, shapes["bias"], errors)
     ext = {k: v for k, (v, _) in found.items()}
     ext.setdefault("Hkv", ext.get("Hq", 0))
     ext.setdefault("Sk", ext.get("Sq", 0))
@@ -95,6 +115,8 @@ class AttentionBinding:
         axes = self.problem.resolve_axes(workload)
         shapes = {}
         for s in self.slots:
+            if not s.dims:
+                continue  # a scalar
             spec = self.problem.inputs.get(s.tensor) or self.problem.outputs[s.tensor]
             shapes[s.arg] = tuple(self.problem.shape(spec, axes) or ())
         ext, errors = extents_of(self.kernel, shapes)
@@ -108,7 +130,7 @@ class AttentionBinding:
         """A destination-passing ``fn(*inputs, *outputs)`` in the problem's definition order."""
         names = list(self.problem.inputs) + list(self.problem.outputs)
         tensor_of = {s.arg: s.tensor for s in self.slots}
-        order = [names.index(tensor_of[arg]) for arg in compiled.abi.ptr_names]
+        order = [names.index(tensor_of[arg]) for arg in compiled.abi.ptr_names + compiled.abi.scalar_names]
 
         def run(*args: Any) -> None:
             if len(args) != len(names):
@@ -146,6 +168,17 @@ def bind_attention(kernel: AttentionKernel, problem: Any) -> AttentionBinding:
             diags.append(Diagnostic(f"{op.name} is {op.dtype.value} but {problem.id}.{op.binding} is {spec.dtype}",
                                     op.pos, code="bind-dtype"))
         slots.append(AttentionSlot(op.name, op.binding, op.dims, out, op.pos))
+    for sc in kernel.scalars:
+        if sc.binding not in problem.inputs:
+            diags.append(Diagnostic(f"problem {problem.id} has no input {sc.binding!r} (the {sc.name} scalar)", sc.pos,
+                                    tuple(n for n, spec in problem.inputs.items() if spec.shape is None),
+                                    code="bind-unknown"))
+            continue
+        if problem.inputs[sc.binding].shape is not None:
+            diags.append(Diagnostic(f"{sc.name} is a scalar but {problem.id}.{sc.binding} is a tensor", sc.pos,
+                                    code="bind-shape"))
+            continue
+        slots.append(AttentionSlot(sc.name, sc.binding, (), False, sc.pos))
     used = {s.tensor for s in slots}
     for name in list(problem.inputs) + list(problem.outputs):
         if name not in used:

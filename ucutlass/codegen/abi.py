@@ -70,9 +70,9 @@ def grouped_abi(kernel: GroupedGemmKernel):
 
 
 def attention_abi(kernel: ir.AttentionKernel) -> Abi:
-    """Pointers ``q, k, v, o[, lse]``; no scalars; extents B, Sq, Sk, Hq, Hkv, D (:data:`ucutlass.ir.EXTENTS`);
-    no knobs."""
-    return Abi(tuple(op.name for op in kernel.operands), (), ir.EXTENTS, ())
+    """Pointers ``q, k, v, o[, lse][, bias]``; scalars the problem-bound ``scale`` / ``softcap`` in declaration
+    order; extents B, Sq, Sk, Hq, Hkv, D (:data:`ucutlass.ir.EXTENTS`); no knobs."""
+    return Abi(tuple(op.name for op in kernel.operands), tuple(s.name for s in kernel.scalars), ir.EXTENTS, ())
 
 
 def conv_abi(kernel: ir.ConvKernel) -> Abi:

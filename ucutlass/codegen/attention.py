@@ -30,8 +30,22 @@ def template_values(kernel: AttentionKernel, source_file: str = "<string>") -> d
     stages = kernel.stages
     abi = abi_of(kernel)
     info = {"abi": ABI_VERSION, "name": kernel.name, "config": kernel.config_name(), "family": "attention",
-            "target": kernel.target.value, "ptrs": list(abi.ptr_names), "scalars": [], "extents": list(EXTENTS),
-            "digest": kernel.digest(), "knobs": []}
+            "target": kernel.target.value, "ptrs": list(abi.ptr_names), "scalars": list(abi.scalar_names),
+            "extents": list(EXTENTS), "digest": kernel.digest(), "knobs": []}
+    scale_expr = ((repr(float(kernel.scale)) + "f") if kernel.scale is not None
+                  else CPP_DEFAULT_SOFTMAX_SCALE.format(head_dim=kernel.head_dim))
+    if kernel.scalar("scale") is not None:
+        scale_expr = f"static_cast<float>(scalars[{abi.scalar_names.index('scale')}])"
+    softcap_expr = ""
+    if kernel.scalar("softcap") is not None:
+        softcap_expr = f"static_cast<float>(scalars[{abi.scalar_names.index('softcap')}])"
+    elif kernel.softcap is not None:
+        softcap_expr = repr(float(kernel.softcap)) + "f"
+    bias = kernel.bias
+    desc = [part for part, on in (("softcap c*tanh(s/c)", bool(softcap_expr)),
+                                  ("+ bias" + (" (per batch)" if bias is not None and bias.dims[0] == "B" else ""),
+                                   bias is not None),
+                                  (f"window {kernel.window}", kernel.window is not None)) if on]
     return {
         "ucutlass_version": __version__,
         "source_file": source_file,
@@ -41,13 +55,23 @@ def template_values(kernel: AttentionKernel, source_file: str = "<string>") -> d
                                     for op in kernel.operands),
         "element": CPP_ELEMENT[kernel.dtype],
         "head_dim": kernel.head_dim,
+        "tile_head_dim": kernel.tile_head_dim,
+        "variant": kernel.is_variant,
+        "modifier_desc": "; ".join(desc + (["eager scores (each step rounded)"] if kernel.scores == "eager" else [])),
+        "eager": kernel.scores == "eager",
+        "scalars_used": bool(abi.scalar_names),
+        "softcap_expr": softcap_expr,
+        "window": kernel.window or 0,
+        "has_bias": bias is not None,
+        "bias_batched": bias is not None and bias.dims[0] == "B",
+        "bias_element": CPP_ELEMENT[bias.dtype] if bias is not None else "",
+        "ptr_bias": abi.ptr_names.index("bias") if bias is not None else -1,
         "block_q": kernel.tile[0],
         "block_kv": kernel.tile[1],
         "causal": kernel.mask == "causal",
         "bshd": kernel.layout == "bshd",
         "has_lse": kernel.lse is not None,
-        "scale_expr": (repr(float(kernel.scale)) + "f") if kernel.scale is not None
-        else CPP_DEFAULT_SOFTMAX_SCALE.format(head_dim=kernel.head_dim),
+        "scale_expr": scale_expr,
         "cooperative": schedule is Schedule.cooperative,
         "persistent": persistent,
         "stages": stages or 0,

@@ -15,7 +15,8 @@ torch steps wired together; ``torch_ops``: the allow-list of torch steps), ``pro
 """
 
 from ..errors import Pos
-from .attention import ATTENTION_SETTINGS, EXTENTS, MASKS, AttentionKernel, head_ratio  # noqa: F401
+from .attention import (ATTENTION_SETTINGS, EXTENTS, MASKS, AttentionKernel, head_ratio,  # noqa: F401
+                        padded_head_dim)
 from .conv import CONV_DIMS, CONV_SETTINGS, ConvKernel, output_extent, spatial_of  # noqa: F401
 from .expr import linear_combination  # noqa: F401
 from .expr import BINARY_OPS, UNARY_OPS, Acc, Binary, Cast, Const, Expr, Ref, Src, Unary, expr_to_text, walk
@@ -35,7 +36,7 @@ __all__ = [
     'SCALE_OPERANDS', 'Scale', 'EpilogueInput', 'EpilogueOutput', 'UNARY_OPS', 'BINARY_OPS', 'Acc', 'Src', 'Ref',
     'Const', 'Unary', 'Binary', 'Cast', 'Expr', 'walk', 'expr_to_text', 'linear_combination', 'GEMM_SETTINGS',
     'ALIGNMENTS', 'RUNTIME_SETTINGS', 'RUNTIME_DEFAULTS', 'BUILD_NAME', 'GemmKernel', 'SWAPPED_NAMES', 'transposed',
-    'IndexType', 'GROUP_OPERANDS', 'GroupedGemmKernel', 'MASKS', 'ATTENTION_SETTINGS', 'EXTENTS', 'AttentionKernel',
+    'IndexType', 'GROUP_OPERANDS', 'GroupedGemmKernel', 'MASKS', 'ATTENTION_SETTINGS', 'EXTENTS', 'AttentionKernel', 'padded_head_dim',
     'head_ratio', 'Kernel', 'Program', 'ConvKernel', 'CONV_DIMS', 'CONV_SETTINGS',
     'output_extent', 'spatial_of', 'Pipeline', 'Step'
 ]

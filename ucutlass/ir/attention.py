@@ -1,4 +1,10 @@
-"""The attention kernel (FMHA forward): O = softmax(scale · Q·Kᵀ [+ causal mask]) · V [, LSE].
+"""The attention kernel (FMHA forward): O = softmax(mod(scale · Q·Kᵀ)) · V [, LSE].
+
+``mod`` is the score modifier of the variants, in this order: logit soft-capping (``softcap``: s ↦ c·tanh(s / c), as
+Gemma 2/3), an additive ``bias`` ([Sq, Sk], [B, Sq, Sk] or [B, 1, Sq, Sk]: broadcast over heads, and over batches when
+it has no B), the causal mask and the sliding ``window`` (query i sees keys j ≥ i − window). ``scale`` and
+``softcap`` may be problem scalars (:attr:`AttentionKernel.scalars`). Head dims 96 and 192 run on the 128 and 256 tiles
+(:func:`padded_head_dim`).
 
 Grouped-query attention (GQA: query head h reads KV head h / (Hq / Hkv), K and V never repeated in memory) and
 an optional LSE output (natural-log log-sum-exp of the scaled scores per row, as ``torch.logsumexp``, f32
@@ -10,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..errors import Pos
-from .operands import Operand
+from .operands import EpilogueInput, Operand
 from .values import Choice, DType, canonical_json, spell_setting
 
 #: Masks: ``none`` (every key; keys past Sk masked by the collective's residual fusion) or ``causal`` (query i
@@ -24,6 +31,19 @@ MASKS = ("none", "causal")
 ATTENTION_SETTINGS = ("target", "mask", "scale", "tile", "schedule", "stages", "persistent")
 #: Extents passed at run time, in ``extents`` order.
 EXTENTS = ("B", "Sq", "Sk", "Hq", "Hkv", "D")
+#: Variant fields and their defaults: left out of the digest at their default, so older kernels keep their digests.
+VARIANT_DEFAULTS = {"bias": None, "softcap": None, "window": None, "scalars": (), "scores": "f32"}
+#: Score precision: ``f32`` (the FMHA's) or ``eager`` (each step of the modifier rounded to the operands' dtype, as an
+#: eager PyTorch reference computing ``q @ k.T * scale``, ``/ c``, ``tanh``, ``* c``, ``+ mask`` in bf16 does).
+SCORES = ("f32", "eager")
+#: Head dims run on a wider tile: D zero-filled to it by TMA (88's can_implement takes D ≤ the tile's head dim).
+PADDED_HEAD_DIMS = {96: 128, 192: 256}
+
+
+def padded_head_dim(d: int) -> int:
+    """The tile head dim a head dim ``d`` runs on: 96 → 128, 192 → 256 (Q·Kᵀ and P·V cost 128/96 = 4/3 of the
+    FLOPs; the zero columns add nothing to the scores and the padded O columns are not stored), else ``d``."""
+    return PADDED_HEAD_DIMS.get(d, d)
 
 
 @dataclass(frozen=True)
@@ -55,13 +75,42 @@ class AttentionKernel:
     persistent: Any
     pos: Pos = field(default_factory=Pos, compare=False)
     setting_pos: Mapping[str, Pos] = field(default_factory=dict, compare=False, hash=False)
+    #: additive score bias (bf16/f16/f32 [Sq, Sk], [B, Sq, Sk] or [B, 1, Sq, Sk]), added after scale and softcap
+    bias: Operand | None = None
+    #: soft-capping c (f32 > 0: s ↦ c·tanh(s / c) on the scaled scores), None = off; see ``scalars`` for a bound one
+    softcap: Any = None
+    #: sliding window: query i sees keys j with i − window ≤ j (None = unbounded)
+    window: Any = None
+    #: ``scale`` / ``softcap`` read from problem scalars at run time (kind scalar, value None), declaration order
+    scalars: tuple[EpilogueInput, ...] = ()
+    #: score precision (:data:`SCORES`)
+    scores: Any = "f32"
 
     family = "attention"
 
     @property
     def operands(self) -> tuple[Operand, ...]:
-        """Operands in ABI order: q, k, v, o[, lse]."""
-        return tuple(op for op in (self.q, self.k, self.v, self.o, self.lse) if op is not None)
+        """Operands in ABI order: q, k, v, o[, lse][, bias]."""
+        return tuple(op for op in (self.q, self.k, self.v, self.o, self.lse, self.bias) if op is not None)
+
+    @property
+    def tile_head_dim(self) -> int:
+        """The head dim of the compiled tile (:func:`padded_head_dim`)."""
+        return padded_head_dim(self.head_dim)
+
+    def scalar(self, name: str) -> EpilogueInput | None:
+        """The problem scalar bound to ``scale`` or ``softcap``, if any."""
+        return next((s for s in self.scalars if s.name == name), None)
+
+    @property
+    def has_softcap(self) -> bool:
+        """Soft-capping on (a literal or a problem scalar)."""
+        return self.softcap is not None or self.scalar("softcap") is not None
+
+    @property
+    def is_variant(self) -> bool:
+        """True when the scores need our score modifier (bias, softcap, window) rather than 88's fusions."""
+        return self.bias is not None or self.has_softcap or self.window is not None or self.scores == "eager"
 
     @property
     def dtype(self) -> DType:
@@ -70,7 +119,8 @@ class AttentionKernel:
 
     def choices(self) -> dict[str, Choice]:
         """Open choices keyed by setting name."""
-        return {key: getattr(self, key) for key in ATTENTION_SETTINGS if isinstance(getattr(self, key), Choice)}
+        return {key: getattr(self, key) for key in ATTENTION_SETTINGS + ("softcap", "window", "scores")
+                if isinstance(getattr(self, key), Choice)}
 
     def is_concrete(self) -> bool:
         """True when no setting holds a :class:`~ucutlass.ir.Choice`."""
@@ -94,6 +144,16 @@ class AttentionKernel:
             parts.append("sc" + spell(self.scale).replace(".", "p"))
         if self.lse is not None:
             parts.append("lse")
+        for s in self.scalars:
+            parts.append(f"{s.name}arg")
+        if self.softcap is not None:
+            parts.append("cap" + spell(self.softcap).replace(".", "p"))
+        if self.window is not None:
+            parts.append("win" + spell(self.window))
+        if self.bias is not None:
+            parts.append("bias" + "".join(d.lower() for d in self.bias.dims))
+        if self.scores != "f32":
+            parts.append(f"scores{spell(self.scores)}")
         return "_".join(parts)
 
     def build_config(self) -> "AttentionKernel":
@@ -101,8 +161,12 @@ class AttentionKernel:
         return self
 
     def digest(self) -> str:
-        """Stable sha256 of the semantic fields (positions excluded)."""
-        return hashlib.sha256(canonical_json(self).encode()).hexdigest()
+        """Stable sha256 of the semantic fields (positions excluded; variant fields only when set)."""
+        data = json.loads(canonical_json(self))
+        for key, default in VARIANT_DEFAULTS.items():
+            if data.get(key) in (None, [], default):
+                data.pop(key, None)
+        return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def build_digest(self) -> str:
         """Equal for kernels that share one compiled binary (= :meth:`digest`)."""

@@ -23,8 +23,13 @@ Language (docs/DSL.md, "Attention")::
       tile = {128x128, 128x64}   schedule = {cooperative, pingpong}   persistent = {auto, true}   stages = auto
     }
 
+Variants (:mod:`ucutlass.ir.attention`): ``softcap = 30.0`` (or ``softcap : f32 <- attn_logit_softcapping``, a
+problem scalar), ``scale : f32 <- scaling`` (a problem scalar), ``window = 256`` (keys j ≥ i − 256), an additive
+``bias : bf16[Sq, Sk] <- mask`` (or ``[B, Sq, Sk]``, ``[B, 1, Sq, Sk]``), head dims 96 and 192.
+
 C ABI (the GEMM one, :mod:`ucutlass.codegen`): ``ucut_run(ptrs, scalars, extents, knobs, workspace, bytes,
-stream)`` with ptrs ``q, k, v, o[, lse]``, no scalars, extents :data:`EXTENTS` and no knobs.
+stream)`` with ptrs ``q, k, v, o[, lse][, bias]``, scalars the bound ``scale`` / ``softcap`` in declaration order,
+extents :data:`EXTENTS` and no knobs.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ import math
 from typing import Any
 
 from ..errors import did_you_mean
-from ..ir import MASKS, AttentionKernel, DType, Layout, Operand, Pos, Schedule, Target
+from ..ir.attention import SCORES
+from ..ir import MASKS, AttentionKernel, DType, EpilogueInput, EpilogueInputKind, Layout, Operand, Pos, Schedule, Target
 from .ast import Decl, SettingNode
 from .settings import FAILED, SETTINGS, Bad, dtype_converter, stages_value
 
@@ -42,8 +48,12 @@ SCHEDULES = ("auto", "cooperative", "pingpong")
 #: ``persistent`` values: auto (the arch rule picks), true, false.
 PERSISTENT = ("auto", "true", "false")
 
-_OPERANDS = ("q", "k", "v", "o", "lse")
+_OPERANDS = ("q", "k", "v", "o", "lse", "bias", "scale", "softcap")
 _REQUIRED = ("q", "k", "v", "o")
+#: Dims a bias may have: one [Sq, Sk] matrix for every batch and head, or one per batch.
+BIAS_DIMS = (("Sq", "Sk"), ("B", "Sq", "Sk"), ("B", "1", "Sq", "Sk"))
+#: Scalars an attention kernel may read from the problem (``NAME : f32 <- scalar``).
+SCALARS = ("scale", "softcap")
 
 
 # --- lowering ---------------------------------------------------------------------------------------------
@@ -77,6 +87,27 @@ def _scale(atom) -> float | None:
     raise Bad(f"scale = {atom.text} is neither auto (1/sqrt(D)) nor a positive number", ("auto", "0.125"))
 
 
+def _softcap(atom) -> float | None:
+
+    if atom.kind == "name" and atom.text == "none":
+        return None
+    if atom.kind == "number":
+        value = float(atom.text)
+        if value > 0 and math.isfinite(value):
+            return value
+    raise Bad(f"softcap = {atom.text} is neither none nor a positive number (s -> c*tanh(s/c))", ("none", "30.0"))
+
+
+def _window(atom) -> int | None:
+
+    if atom.kind == "name" and atom.text == "none":
+        return None
+    if atom.kind == "number" and atom.text.isdigit() and int(atom.text) > 0:
+        return int(atom.text)
+    raise Bad(f"window = {atom.text} is neither none nor a positive integer (keys j >= i - window)",
+              ("none", "256"))
+
+
 def _enum(setting: str, valid: tuple[str, ...], convert=lambda t: t):
     def fn(atom):
 
@@ -98,13 +129,17 @@ def _settings():
         "stages": stages_value,
         "persistent": _bool_or_auto,
         "accum": _enum("accum", ("f32",), DType),
+        "softcap": _softcap,
+        "window": _window,
+        "scores": _enum("scores", SCORES),
     }
 
 
 #: Defaults of the settings (typed): sm90, no mask, scale 1/sqrt(D), 128x128, auto schedule/stages/persistence.
 ATTENTION_DEFAULTS: dict[str, Any] = {"target": Target.sm90, "mask": "none", "scale": None, "tile": (128, 128),
                                       "schedule": Schedule.auto, "stages": None, "persistent": None,
-                                      "accum": DType.f32}
+                                      "accum": DType.f32, "softcap": None, "window": None,
+                                      "scores": "f32"}
 
 
 def lower_attention(low, k) -> AttentionKernel | None:
@@ -158,8 +193,9 @@ def lower_attention(low, k) -> AttentionKernel | None:
                   k.name_pos, tuple(f"{n} : bf16[B, S{'q' if n in 'qo' else 'k'}, H{'q' if n in 'qo' else 'kv'}, "
                                     "128]" for n in missing))
     ops: dict[str, Operand] = {}
+    scalars = _scalars(low, decls, setting_pos, values)
     layout, head_dim = None, None
-    for name in ("q", "k", "v", "o", "lse"):
+    for name in ("q", "k", "v", "o", "lse", "bias"):
         d = decls.get(name)
         if d is None:
             continue
@@ -168,7 +204,17 @@ def lower_attention(low, k) -> AttentionKernel | None:
         ok = dtype is not None
         dims = d.dims.names if d.dims is not None else ()
         dpos = d.dims.pos if d.dims is not None else d.pos
-        if name == "lse":
+        if name == "bias":
+            if dims not in BIAS_DIMS:
+                low.error("bad-dims", f"bias is over [{', '.join(dims)}]; it must be [Sq, Sk] (every batch and head), "
+                          "[B, Sq, Sk] or [B, 1, Sq, Sk] (one per batch, every head)", dpos,
+                          tuple(f"[{', '.join(b)}]" for b in BIAS_DIMS))
+                ok = False
+            if dtype is not None and dtype not in (DType.bf16, DType.f16, DType.f32):
+                low.error("unknown-dtype", f"bias is {dtype.value}; it is bf16, f16 or f32", d.dtype.pos,
+                          ("bf16", "f16", "f32"))
+                ok = False
+        elif name == "lse":
             if dims != ("B", "Hq", "Sq"):
                 low.error("bad-dims", f"lse is over [{', '.join(dims)}]; it must be f32[B, Hq, Sq]", dpos,
                           ("[B, Hq, Sq]",))
@@ -238,4 +284,43 @@ def lower_attention(low, k) -> AttentionKernel | None:
         values.setdefault(key, default)
     values.pop("accum")
     return AttentionKernel(name=k.name, q=ops["q"], k=ops["k"], v=ops["v"], o=ops["o"], lse=ops.get("lse"),
-                           layout=layout, head_dim=head_dim, pos=k.name_pos, setting_pos=setting_pos, **values)
+                           layout=layout, head_dim=head_dim, pos=k.name_pos, setting_pos=setting_pos,
+                           bias=ops.get("bias"), scalars=scalars, **values)
+
+
+def _scalars(low, decls: dict[str, Decl], setting_pos: dict[str, Pos], values: dict[str, Any]
+             ) -> tuple[EpilogueInput, ...]:
+    """``scale : f32 <- s`` / ``softcap : f32 <- c`` (problem scalars; removed from ``decls``); ``= number`` sets
+    the setting instead. Reports a scalar also set as a setting, dims, a dtype other than f32, a missing source."""
+    out = []
+    for name in sorted((n for n in SCALARS if n in decls), key=lambda n: decls[n].pos.start):
+        d = decls.pop(name)
+        if name in setting_pos:
+            low.error("duplicate-setting", f"{name} is set twice: as a setting (line {setting_pos[name].line}) and "
+                      "declared as a scalar", d.name_pos)
+            continue
+        dtype = low.fixed(d.dtype, dtype_converter(name), f"{name}: a dtype choice {{…}} is not supported")
+        if dtype is not None and dtype is not DType.f32:
+            low.error("unknown-dtype", f"{name} is {dtype.value}; a scalar of an attention kernel is f32", d.dtype.pos,
+                      ("f32",))
+            continue
+        if d.dims is not None or d.layout is not None:
+            low.error("bad-dims", f"{name} is a scalar: write `{name} : f32 <- NAME` (no dims, no layout)",
+                      d.dims.pos if d.dims is not None else d.layout.pos)
+            continue
+        if d.source is None or d.source.kind == "out":
+            low.error("bad-binding", f"{name} reads a problem scalar: write `{name} : f32 <- NAME` (or "
+                      f"`{name} = 0.125`)", d.source.pos if d.source is not None else d.name_pos, ("<-",))
+            continue
+        if d.source.kind == "literal":
+            value = float(d.source.text)
+            if not (value > 0 and math.isfinite(value)):
+                low.error("bad-value", f"{name} = {d.source.text} must be a positive number", d.source.pos)
+                continue
+            setting_pos[name] = d.source.pos
+            values[name] = value
+            continue
+        if dtype is None:
+            continue
+        out.append(EpilogueInput(name, EpilogueInputKind.scalar, DType.f32, (), Layout.row, d.source.text, None, d.pos))
+    return tuple(out)

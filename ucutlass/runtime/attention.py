@@ -1,8 +1,10 @@
 """The attention family's launcher: a compiled ``kernel NAME : attention`` (FMHA) called on torch tensors.
 
 The shared object exports the GEMM's C ABI (:mod:`.base`): ``ucut_run(ptrs, scalars, extents, knobs, workspace,
-workspace_bytes, stream)`` with ptrs ``q, k, v, o[, lse]``, extents ``B, Sq, Sk, Hq, Hkv, D``
-(:data:`ucutlass.ir.EXTENTS`), no scalars and no knobs. :class:`AttentionCompiledKernel` checks every
+workspace_bytes, stream)`` with ptrs ``q, k, v, o[, lse][, bias]``, extents ``B, Sq, Sk, Hq, Hkv, D``
+(:data:`ucutlass.ir.EXTENTS`), scalars the problem-bound ``scale`` / ``softcap`` (by name: ``attn(..., softcap=50.0)``)
+and no knobs. A kernel with a score modifier writes its run-time values to the kernel's constant memory on the call's
+stream before each launch: calls of one loaded kernel on two streams at once may see each other's bias or scalars. :class:`AttentionCompiledKernel` checks every
 tensor first (device, dtype, rank, contiguity, shapes, 16-byte alignment) and names the operand at fault; binding
 one to a problem's tensors is :mod:`ucutlass.bind.attention`'s.
 """
