@@ -26,7 +26,7 @@ from .kernel import Kernel  # noqa: F401
 from .operands import SCALE_OPERANDS, EpilogueInput, EpilogueOutput, Operand, Scale, split_dim  # noqa: F401
 from .pipeline import Pipeline, Step  # noqa: F401
 from .program import Program  # noqa: F401
-from .values import (Choice, DType, EpilogueInputKind, Layout, RasterOrder, ReductionMode, Schedule,  # noqa: F401
+from .values import (OMIT_DEFAULT, Choice, DType, EpilogueInputKind, Layout, Math, RasterOrder, ReductionMode, Schedule,  # noqa: F401
                      Setting, Target, TileScheduler, canonical_json, spell_setting, to_dict)
 
 __all__ = [
@@ -37,5 +37,5 @@ __all__ = [
     'ALIGNMENTS', 'RUNTIME_SETTINGS', 'RUNTIME_DEFAULTS', 'BUILD_NAME', 'GemmKernel', 'SWAPPED_NAMES', 'transposed',
     'IndexType', 'GROUP_OPERANDS', 'GroupedGemmKernel', 'MASKS', 'ATTENTION_SETTINGS', 'EXTENTS', 'AttentionKernel',
     'head_ratio', 'Kernel', 'Program', 'ConvKernel', 'CONV_DIMS', 'CONV_SETTINGS',
-    'output_extent', 'spatial_of', 'Pipeline', 'Step'
+    'output_extent', 'spatial_of', 'Pipeline', 'Step', 'Math', 'OMIT_DEFAULT'
 ]
