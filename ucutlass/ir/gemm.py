@@ -186,6 +186,18 @@ class GemmKernel:
         return self.build_config().digest()
 
 
+def precision(kernel) -> str:
+    """The precision a kernel multiplies in, for reports: ``f32 via 3xtf32`` / ``f32 via tf32`` for f32 a and b
+    (:class:`Math`), else the dtype of its first operand (``bf16``, ``f8e4m3``); ``?`` while open."""
+    first = kernel.operands[0] if getattr(kernel, "operands", ()) else None
+    dtype = getattr(first, "dtype", None)
+    if isinstance(dtype, Choice) or dtype is None:
+        return "?"
+    if dtype is DType.f32 and isinstance(getattr(kernel, "math", None), Math):
+        return f"f32 via {kernel.math.value}"
+    return dtype.value
+
+
 #: What the operand and scale names of a :func:`transposed` kernel stand for in the kernel it came from.
 SWAPPED_NAMES = {"a": "b", "b": "a", "scale_a": "scale_b", "scale_b": "scale_a"}
 _SWAPPED_MODES = {"M": "N", "N": "M"}
