@@ -24,7 +24,7 @@ from ucutlass.cli import main
 from ucutlass.codegen import render
 from ucutlass.emulate import GemmEmulator
 from ucutlass.emulate.gemm import tf32_rounded
-from ucutlass.errors import CheckError
+from ucutlass.errors import CheckError, UcutSyntaxError
 from ucutlass.grader import Grader, Status
 from ucutlass.ir import Math, precision
 from ucutlass.lang import parse, parse_file
@@ -32,11 +32,16 @@ from ucutlass.problem import find_problem
 from ucutlass.solution import emulated_solution
 
 EX = REPO / "examples"
-#: (example, problem): each passes emulated on its smallest workload on the CPU (timings in the report of the branch)
+#: (example, problem, const axes made small for the CPU: {} = as published). Graded emulated on the CPU on the smallest
+#: workload. As published, L2_030's took 146 s and L1_037's (two GEMMs of K 3072 and 12288) longer on this 2-core
+#: machine, so the CPU test shrinks their hidden sizes (the same reference and program); scripts/device_fp32.sh grades
+#: every workload as published on the GPU.
 EXAMPLES = [
-    (EX / "pipeline_fp32_concat_split.ucut", "L2_030_flux_concatenated_sequence_processing_with_split"),
-    (EX / "pipeline_fp32_qkv_norm.ucut", "L1_054_audio_attention_qkv_projection_with_normalization"),
-    (EX / "pipeline_fp32_flux_ffn.ucut", "L1_037_flux_feedforward_gelu_approximate"),
+    (EX / "pipeline_fp32_qkv_norm.ucut", "L1_054_audio_attention_qkv_projection_with_normalization", {}),
+    (EX / "pipeline_fp32_concat_split.ucut", "L2_030_flux_concatenated_sequence_processing_with_split",
+     {"hidden_dim": 512}),
+    (EX / "pipeline_fp32_flux_ffn.ucut", "L1_037_flux_feedforward_gelu_approximate",
+     {"hidden_dim": 256, "mlp_hidden_dim": 1024}),
 ]
 FAST = dict(warmup_ms=1.0, rep=3.0, timeout_s=300.0)
 
@@ -70,7 +75,7 @@ def test_math_setting_lowers_and_names_the_kernel():
 
 
 def test_a_bad_math_value_lists_the_valid_ones():
-    with pytest.raises(CheckError) as e:
+    with pytest.raises(UcutSyntaxError) as e:
         gemm("math = 2xtf32")
     (diag,) = e.value.diagnostics
     assert diag.code == "bad-value" and set(diag.valid) == {"tf32", "3xtf32"}
@@ -78,11 +83,11 @@ def test_a_bad_math_value_lists_the_valid_ones():
 
 def test_math_as_a_choice_keeps_what_each_option_can_build():
     k = gemm("math = {tf32, 3xtf32}   tile = {128x128x16, 128x128x32}")
-    legal = [c["math"] for c in arch.legal_combinations(k)]
+    legal = [c["math"] for c in arch.legal_combinations(k)[0]]
     # tf32 (sm90 wgmma) needs tile K x 4 bytes in 64, 128, 256: K 16, 32 both; 3xtf32 takes K 16 and 32 too
     assert sorted(legal, key=lambda m: m.value) == [Math.x3tf32, Math.x3tf32, Math.tf32, Math.tf32]
     k = gemm("math = {tf32, 3xtf32}   tile = 128x128x16   cluster = 2x1x1")
-    assert [c["math"] for c in arch.legal_combinations(k)] == [Math.tf32]
+    assert [c["math"] for c in arch.legal_combinations(k)[0]] == [Math.tf32]
 
 
 # --- rules ---------------------------------------------------------------------------------------------------
@@ -193,32 +198,48 @@ def _smallest(problem):
     return min(problem.workloads, key=size)
 
 
-def _grade(source: str, file: Path, pid: str):
+def _problem(pid: str, consts: dict, tmp_path: Path):
+    """The problem ``pid`` with only its smallest workload, its const axes ``consts`` made small (a copy)."""
     try:
         problem = find_problem(pid, [SHARED_SOL_EXECBENCH])
     except Exception as e:  # noqa: BLE001  (a shared problem missing beside this clone)
         pytest.skip(f"problem {pid} not found: {e}")
+    folder = tmp_path / pid
+    folder.mkdir()
+    definition = json.loads((problem.path / "definition.json").read_text())
+    for axis, value in consts.items():
+        assert definition["axes"][axis]["type"] == "const"
+        definition["axes"][axis]["value"] = value
+    (folder / "definition.json").write_text(json.dumps(definition))
+    lines = (problem.path / "workload.jsonl").read_text().splitlines()
+    (folder / "workload.jsonl").write_text(lines[_smallest(problem).index] + "\n")
+    return find_problem(str(folder))
+
+
+def _grade(source: str, file: Path, problem):
     sol = emulated_solution(source, str(file), None, file.stem, pipeline=None)
     with Grader(problem, device="cpu", **FAST) as g:
-        (r,) = g.grade(sol, [_smallest(problem)])
+        (r,) = g.grade(sol, list(problem.workloads))
     return r
 
 
-@pytest.mark.parametrize("path, pid", EXAMPLES, ids=[p.stem for p, _ in EXAMPLES])
-def test_fp32_examples_pass_emulated_on_their_smallest_workload(path, pid):
-    r = _grade(path.read_text(), path, pid)
+@pytest.mark.parametrize("path, pid, consts", EXAMPLES, ids=[p.stem for p, _, _ in EXAMPLES])
+def test_fp32_examples_pass_emulated_on_their_smallest_workload(path, pid, consts, tmp_path):
+    r = _grade(path.read_text(), path, _problem(pid, consts, tmp_path))
     assert r.status is Status.PASSED, r.log
 
 
-def test_the_same_pipeline_with_tf32_fails_the_tolerance():
-    path, pid = EXAMPLES[0]
-    r = _grade(path.read_text().replace("math = 3xtf32", "math = tf32"), path, pid)
-    assert r.status is not Status.PASSED
+def test_the_same_pipeline_with_tf32_fails_the_tolerance(tmp_path):
+    """Why the setting exists: L1_054 with TF32-rounded operands (K = 1024) misses its 2e-3 tolerance."""
+    path, pid, consts = EXAMPLES[0]
+    r = _grade(path.read_text().replace("math = 3xtf32", "math = tf32"), path, _problem(pid, consts, tmp_path))
+    assert r.status in (Status.INCORRECT_NUMERICAL, Status.INCORRECT_ACCURACY), r.log
 
 
-def test_grade_names_the_precision(capsys):
-    path, pid = EXAMPLES[0]
-    rc = main(["grade", str(path), str(SHARED_SOL_EXECBENCH / pid), "--emulate", "--workloads", "1"])
+def test_grade_names_the_precision(capsys, tmp_path):
+    path, pid, consts = EXAMPLES[1]
+    consts = {"hidden_dim": 256}
+    rc = main(["grade", str(path), str(_problem(pid, consts, tmp_path).path), "--emulate"])
     out = capsys.readouterr().out
     assert "precision: proj f32 via 3xtf32" in out and rc == 0
 
