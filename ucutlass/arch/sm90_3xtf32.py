@@ -169,19 +169,19 @@ def resolve_swap_ab(kernel: GemmKernel, m_max: int | None = None) -> bool:
 
 def _check_settings(kernel: GemmKernel) -> list[Diagnostic]:
     out: list[Diagnostic] = []
-    why = "the SM80 3xTF32 kernel has no"
-    for key, ok, valid, what in (
-            ("target", kernel.target is Target.sm90, "sm90", "build for other targets than sm90 here"),
-            ("schedule", kernel.schedule is Schedule.auto, "auto", "wgmma schedules"),
-            ("cluster", tuple(kernel.cluster) == (1, 1, 1), "1x1x1", "thread-block clusters"),
-            ("scheduler", kernel.scheduler is TileScheduler.persistent, "persistent", "stream-K scheduler"),
-            ("split_k", kernel.split_k == 1, "1", "split-K"),
-            ("raster", kernel.raster is RasterOrder.auto, "auto", "raster order argument"),
-            ("swizzle", kernel.swizzle == 1, "1", "swizzle argument"),
-            ("swap_ab", kernel.swap_ab is not True, "auto", "swapped form")):
+    lacks = "the SM80 3xTF32 kernel has no"
+    for key, ok, valid, why in (
+            ("target", kernel.target is Target.sm90, "sm90", "the 3xTF32 kernel is built for sm90 (the H100, H200) only"),
+            ("schedule", kernel.schedule is Schedule.auto, "auto", f"{lacks} wgmma schedules"),
+            ("cluster", tuple(kernel.cluster) == (1, 1, 1), "1x1x1", f"{lacks} thread-block clusters"),
+            ("scheduler", kernel.scheduler is TileScheduler.persistent, "persistent", f"{lacks} stream-K scheduler"),
+            ("split_k", kernel.split_k == 1, "1", f"{lacks} split-K"),
+            ("raster", kernel.raster is RasterOrder.auto, "auto", f"{lacks} raster order argument"),
+            ("swizzle", kernel.swizzle == 1, "1", f"{lacks} swizzle argument"),
+            ("swap_ab", kernel.swap_ab is not True, "auto", f"{lacks} swapped form")):
         if not ok:
-            out.append(_diag("sm90.3xtf32-settings", f"{key} = {_spell(getattr(kernel, key))} with math = 3xtf32: "
-                             f"{why} {what}", _pos(kernel, key), (valid,)))
+            out.append(_diag("sm90.3xtf32-settings", f"{key} = {_spell(getattr(kernel, key))} with math = 3xtf32: {why}",
+                             _pos(kernel, key), (valid,)))
     return out
 
 
