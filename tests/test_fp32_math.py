@@ -24,7 +24,7 @@ from ucutlass.cli import main
 from ucutlass.codegen import render
 from ucutlass.emulate import GemmEmulator
 from ucutlass.emulate.gemm import tf32_rounded
-from ucutlass.errors import CheckError, UcutSyntaxError
+from ucutlass.errors import UcutSyntaxError
 from ucutlass.grader import Grader, Status
 from ucutlass.ir import Math, precision
 from ucutlass.lang import parse, parse_file

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..errors import Diagnostic
-from ..ir import (DType, EpilogueInputKind, GemmKernel, Layout, Math, RasterOrder, Ref, Schedule, Src, Target, TileScheduler,
-                  Unary, linear_combination, walk)
+from ..ir import (DType, EpilogueInputKind, GemmKernel, Math, RasterOrder, Ref, Schedule, Src, Target,
+                  TileScheduler, Unary, linear_combination, walk)
 from . import _common
 from ._common import diag as _diag
 from ._common import pos as _pos
@@ -34,8 +34,8 @@ RULES: dict[str, str] = {
     "sm90.3xtf32-dtype": "math = 3xtf32: a and b f32 without scales; c and d one dtype (f32, bf16, f16), d row-major",
     "sm90.3xtf32-tile": "math = 3xtf32: tile M and N in 64, 128, 256 (at most 8 warps of 64x64), tile K 16 or 32",
     "sm90.3xtf32-stages": "math = 3xtf32: stages >= 3 and within 227 KiB of shared memory",
-    "sm90.3xtf32-settings": "math = 3xtf32: target sm90, schedule auto, cluster 1x1x1, scheduler persistent, split_k 1, "
-                            "raster auto, swizzle 1, swap_ab false or auto, no batch dims on epilogue inputs",
+    "sm90.3xtf32-settings": "math = 3xtf32: target sm90, schedule auto, cluster 1x1x1, scheduler persistent, "
+                            "split_k 1, raster auto, swizzle 1, swap_ab false or auto",
     "sm90.3xtf32-epilogue": "math = 3xtf32: d = act(alpha*acc + beta*x), x one of c, an [N] bias, an [M, N] input",
     "sm90.3xtf32-family": "math = 3xtf32 is a gemm setting (grouped_gemm and conv run tf32)",
 }
@@ -113,9 +113,11 @@ def lincomb(kernel: GemmKernel) -> LinComb | str:
     sources = [i for i in kernel.epilogue_inputs if i.kind is not EpilogueInputKind.scalar]
     runtime = [i.name for i in kernel.epilogue_inputs if i.kind is EpilogueInputKind.scalar and i.value is None]
     if runtime:
-        return f"scalar {runtime[0]} is read from the problem; the 2.x epilogue takes literal factors (alpha : f32 = 0.5)"
+        return (f"scalar {runtime[0]} is read from the problem; the 2.x epilogue takes literal factors "
+                "(alpha : f32 = 0.5)")
     if len(sources) + (kernel.c is not None) > 1:
-        return "it reads more than one tensor besides acc; the 2.x epilogue reads one (c, an [N] bias or an [M, N] input)"
+        return ("it reads more than one tensor besides acc; the 2.x epilogue reads one (c, an [N] bias or an "
+                "[M, N] input)")
     expr = kernel.epilogue
     activation = None
     if isinstance(expr, Unary):
@@ -128,7 +130,8 @@ def lincomb(kernel: GemmKernel) -> LinComb | str:
         if inp.kind is EpilogueInputKind.col_vector:
             return f"{inp.name} is an [M] vector; the 2.x epilogue broadcasts an [N] bias only"
         if inp.dtype is not kernel.d.dtype:
-            return f"{inp.name} is {inp.dtype.value} but d is {kernel.d.dtype.value}: the 2.x epilogue reads it as d's type"
+            return (f"{inp.name} is {inp.dtype.value} but d is {kernel.d.dtype.value}: the 2.x epilogue reads it as "
+                    "d's type")
         if inp.batch:
             return f"{inp.name} has batch dims; the 2.x epilogue reads one for every batch"
         if inp.kind is EpilogueInputKind.matrix and _common.contiguous(inp.dims, inp.layout) != "N":
@@ -171,7 +174,8 @@ def _check_settings(kernel: GemmKernel) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     lacks = "the SM80 3xTF32 kernel has no"
     for key, ok, valid, why in (
-            ("target", kernel.target is Target.sm90, "sm90", "the 3xTF32 kernel is built for sm90 (the H100, H200) only"),
+            ("target", kernel.target is Target.sm90, "sm90",
+             "the 3xTF32 kernel is built for sm90 (the H100, H200) only"),
             ("schedule", kernel.schedule is Schedule.auto, "auto", f"{lacks} wgmma schedules"),
             ("cluster", tuple(kernel.cluster) == (1, 1, 1), "1x1x1", f"{lacks} thread-block clusters"),
             ("scheduler", kernel.scheduler is TileScheduler.persistent, "persistent", f"{lacks} stream-K scheduler"),
@@ -180,7 +184,8 @@ def _check_settings(kernel: GemmKernel) -> list[Diagnostic]:
             ("swizzle", kernel.swizzle == 1, "1", f"{lacks} swizzle argument"),
             ("swap_ab", kernel.swap_ab is not True, "auto", f"{lacks} swapped form")):
         if not ok:
-            out.append(_diag("sm90.3xtf32-settings", f"{key} = {_spell(getattr(kernel, key))} with math = 3xtf32: {why}",
+            value = {True: "true", False: "false"}.get(getattr(kernel, key), None) or _spell(getattr(kernel, key))
+            out.append(_diag("sm90.3xtf32-settings", f"{key} = {value} with math = 3xtf32: {why}",
                              _pos(kernel, key), (valid,)))
     return out
 
@@ -207,18 +212,21 @@ def _check_dtypes(kernel: GemmKernel) -> list[Diagnostic]:
     return out
 
 
+def _tile_ok(tile: tuple[int, int, int]) -> bool:
+    m, n, k = tile
+    wm, wn, _ = warp_shape(tile)
+    return m in TILE_MS and n in TILE_NS and k in TILE_KS and (m // wm) * (n // wn) in WARP_COUNTS
+
+
 def _check_tile(kernel: GemmKernel) -> list[Diagnostic]:
-    m, n, k = kernel.tile
-    wm, wn, _ = warp_shape(kernel.tile)
-    ok = m in TILE_MS and n in TILE_NS and k in TILE_KS and (m // wm) * (n // wn) in WARP_COUNTS
-    if ok:
+    if _tile_ok(tuple(kernel.tile)):
         return []
-    valid = [f"{tm}x{tn}x{tk}" for tm in TILE_MS for tn in TILE_NS for tk in TILE_KS
-             if (tm // warp_shape((tm, tn, tk))[0]) * (tn // warp_shape((tm, tn, tk))[1]) in WARP_COUNTS]
+    first = ["128x128x16", "128x64x16", "64x64x16"]
+    valid = first + [f"{m}x{n}x{k}" for m in TILE_MS for n in TILE_NS for k in TILE_KS
+                     if _tile_ok((m, n, k)) and f"{m}x{n}x{k}" not in first]
     return [_diag("sm90.3xtf32-tile", f"tile {_spell(kernel.tile)} with math = 3xtf32: the SM80 kernel tiles M and N "
                   f"in {', '.join(map(str, TILE_MS))} over 4 or 8 warps (at most 64x64 each) and K in 16 or 32 f32",
-                  _pos(kernel, "tile"), ["128x128x16", "128x64x16", "64x64x16"] + [v for v in valid if v not in
-                                                                                  ("128x128x16", "128x64x16", "64x64x16")])]
+                  _pos(kernel, "tile"), valid)]
 
 
 def _check_stages(kernel: GemmKernel) -> list[Diagnostic]:
@@ -230,7 +238,8 @@ def _check_stages(kernel: GemmKernel) -> list[Diagnostic]:
     return [_diag("sm90.3xtf32-stages", f"stages = {kernel.stages} with math = 3xtf32 and tile {_spell(kernel.tile)}: "
                   f"the SM80 mainloop needs {MIN_STAGES} or more, and {_common.kib(smem_bytes(kernel, kernel.stages))} "
                   f"of shared memory is over {_common.kib(SMEM_CAPACITY_BYTES)}" if kernel.stages >= MIN_STAGES else
-                  f"stages = {kernel.stages} with math = 3xtf32: the SM80 multistage mainloop needs {MIN_STAGES} or more",
+                  f"stages = {kernel.stages} with math = 3xtf32: the SM80 multistage mainloop needs {MIN_STAGES} or "
+                  "more",
                   _pos(kernel, "stages"), ["auto"] + [str(s) for s in fits])]
 
 

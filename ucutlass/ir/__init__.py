@@ -26,8 +26,8 @@ from .kernel import Kernel  # noqa: F401
 from .operands import SCALE_OPERANDS, EpilogueInput, EpilogueOutput, Operand, Scale, split_dim  # noqa: F401
 from .pipeline import Pipeline, Step  # noqa: F401
 from .program import Program  # noqa: F401
-from .values import (OMIT_DEFAULT, Choice, DType, EpilogueInputKind, Layout, Math, RasterOrder, ReductionMode, Schedule,  # noqa: F401
-                     Setting, Target, TileScheduler, canonical_json, spell_setting, to_dict)
+from .values import (OMIT_DEFAULT, Choice, DType, EpilogueInputKind, Layout, Math, RasterOrder,  # noqa: F401
+                     ReductionMode, Schedule, Setting, Target, TileScheduler, canonical_json, spell_setting, to_dict)
 
 __all__ = [
     'Pos', 'DType', 'Layout', 'Target', 'Schedule', 'TileScheduler', 'RasterOrder', 'ReductionMode',
