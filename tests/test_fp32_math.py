@@ -159,9 +159,11 @@ def test_3xtf32_on_a_grouped_gemm_is_refused():
 def test_render_is_the_sm80_3xtf32_gemm_behind_the_usual_abi():
     k = parse_file(EX / "pipeline_fp32_flux_ffn.ucut").kernel("fc1")
     cu = render(k)
+    assert "thread::GELU_taylor" not in cu and "tanh.approx" in cu  # named only in the comment: not used
     for line in ("cutlass::arch::OpMultiplyAddFastF32", "cutlass::arch::Sm80",
                  "cutlass::gemm::GemmShape<128, 128, 16>;", "cutlass::gemm::GemmShape<64, 64, 16>;",
-                 "cutlass::epilogue::thread::GELU_taylor", "constexpr int Stages = 4;",
+                 "::tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))",  # f32, not tanh.approx
+                 "constexpr int Stages = 4;",
                  "ptrs[0], ptrs[1], ptrs[3], ptrs[2],",  # A, B, C = the bias, D
                  "int64_t(K), int64_t(K), int64_t(0), int64_t(N));",  # lda, ldb, ldc = 0: the bias broadcast
                  "int ucut_run(", "int ucut_can_implement(", "size_t ucut_workspace_size("):

@@ -48,8 +48,10 @@ def test_3xtf32_is_as_accurate_as_f32_and_far_better_than_tf32(kernels, m, n, k)
     f32_err = rel_err(_torch_matmul(a, b, tf32=False), exact)
     tf32_err = rel_err(_torch_matmul(a, b, tf32=True), exact)
     assert not torch.isnan(d).any()
-    assert err < 4 * f32_err + 1e-7, (err, f32_err)
-    assert err < tf32_err / 20, (err, tf32_err)
+    # 3xTF32 drops the small·small product and rounds the parts to TF32 (about 2^-21 a product): within a few times
+    # an f32 GEMM's error, and over a hundred times below TF32's (about 2^-11 a product)
+    assert err < max(8 * f32_err, 2e-6), (err, f32_err)
+    assert err < tf32_err / 50, (err, tf32_err)
 
 
 def test_3xtf32_bias_gelu_tanh_epilogue(kernels):

@@ -2,7 +2,8 @@
 ``device::GemmUniversal`` (``arch::Sm80``, ``arch::OpMultiplyAddFastF32``) behind the same C ABI as every GEMM
 (:func:`ucutlass.codegen.abi_of`: pointers a, b, [c], d, the epilogue's tensors; extents M, N, K [, L, batch
 strides]; the four tile-scheduler knobs, which this kernel takes and ignores: ``sm90.3xtf32-settings`` keeps them
-at their defaults). The epilogue is ``LinearCombination`` or ``LinearCombinationGeneric<activation>`` reading its
+at their defaults). The epilogue is ``LinearCombination`` or ``LinearCombinationGeneric`` with the template's own
+f32 activation (CUTLASS's GELU_taylor and Tanh use ``tanh.approx.f32``, about 2^-11 relative), reading its
 source C from ``c``, an ``[N]`` bias (row stride 0) or an ``[M, N]`` input (:func:`ucutlass.arch.sm90_3xtf32.lincomb`).
 """
 
@@ -15,7 +16,7 @@ from ..arch import sm90_3xtf32
 from ..ir import GemmKernel
 from .abi import ABI_VERSION, abi_of
 from .common import require_renderable
-from .cpp import CPP_ELEMENT, CPP_LAYOUT, CPP_UNARY
+from .cpp import CPP_ELEMENT, CPP_LAYOUT
 
 
 def _float_literal(value: float) -> str:
@@ -67,7 +68,7 @@ def template_values_3xtf32(kernel: GemmKernel, source_file: str = "<string>") ->
         "align_c": kernel.alignment_of(d.dtype),
         "tile": list(kernel.tile), "warp": list(sm90_3xtf32.warp_shape(kernel.tile)),
         "instruction": list(sm90_3xtf32.INSTRUCTION_SHAPE), "stages": sm90_3xtf32.stages_of(kernel),
-        "activation": CPP_UNARY[form.activation] if form.activation else None,
+        "activation": form.activation,  # the template computes it in f32 (tanhf, erff, expf), not CUTLASS's approximations
         "activation_name": form.activation or "none",
         "heavy": "true" if form.activation not in (None, "relu") else "false",
         "alpha": _float_literal(form.alpha), "beta": _float_literal(form.beta),

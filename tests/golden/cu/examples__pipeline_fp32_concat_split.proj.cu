@@ -8,13 +8,13 @@
 // about fp32 accuracy, CUTLASS example 27). CUTLASS 4.2's SM90 collective builders have no 3xTF32 mainloop;
 // the H200 runs this SM80 kernel. Epilogue: none(alpha*acc + beta*C), C = none (beta = 0: C is not read).
 #include <cuda_runtime.h>
+#include <math.h>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_types.h"
 #include "cutlass/gemm/device/gemm_universal.h"
-#include "cutlass/epilogue/thread/activation.h"
 #include "cutlass/epilogue/thread/linear_combination.h"
 #include "cutlass/epilogue/thread/linear_combination_generic.h"
 
