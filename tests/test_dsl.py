@@ -10,7 +10,7 @@ import pytest
 from ucutlass import arch, lang
 from ucutlass.lang import syntax
 from ucutlass.errors import Diagnostic, UcutSyntaxError, did_you_mean
-from ucutlass.ir import (Acc, Binary, Choice, Const, DType, EpilogueInput, EpilogueInputKind, GemmKernel, Layout,
+from ucutlass.ir import (Acc, Binary, Choice, Const, DType, EpilogueInput, EpilogueInputKind, GemmKernel, Layout, Math,
                          Operand, RasterOrder, ReductionMode, Ref, Schedule, Src, Target, TileScheduler, Unary, UNARY_OPS)
 
 FULL = """\
@@ -108,7 +108,7 @@ def test_defaults_fill_every_absent_setting():
                             "cluster": (1, 1, 1), "schedule": Schedule.auto, "stages": None,
                             "scheduler": TileScheduler.persistent, "split_k": 1, "raster": RasterOrder.auto,
                             "swizzle": 1, "reduction_mode": ReductionMode.deterministic, "alignment": None,
-                            "swap_ab": None}
+                            "swap_ab": None, "math": Math.tf32}
 
 
 def test_every_setting_value_lowers():
@@ -344,7 +344,7 @@ def test_unknown_setting_with_suggestion():
     assert (d.pos.line, d.pos.column) == (3, 3)
     assert "'tiles'" in d.message and "did you mean 'tile'" in d.message
     assert d.valid == ("target", "accum", "tile", "cluster", "schedule", "stages", "scheduler", "split_k", "raster",
-                       "swizzle", "reduction_mode", "alignment", "swap_ab")
+                       "swizzle", "reduction_mode", "alignment", "swap_ab", "math")
 
 
 def test_unknown_dtype():

@@ -28,8 +28,8 @@ def _mentioned(word: str) -> bool:
 def test_card_is_short():
     # 250 until pipelines (issue 16) and convolution (issue 21): the Pipelines section is 22 lines (a whole problem
     # as one program: kernels feeding one another, torch steps and views), the Convolution section 14; attention
-    # variants (issue 20) 5.
-    assert len(CARD.splitlines()) < 295
+    # variants (issue 20) 5; 7 for math = 3xtf32 (issue 20: a settings row and the fp32-accurate GEMM section).
+    assert len(CARD.splitlines()) < 302
 
 
 def test_every_string_terminal_of_the_grammar_is_in_the_card():

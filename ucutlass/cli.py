@@ -576,6 +576,13 @@ class _TSolTable:
         return self.table.get(workload.uuid)
 
 
+def _precision_line(path: str) -> str:
+    """``precision: up f32 via 3xtf32, down bf16``: what each kernel of a .ucut file multiplies in (``math``)."""
+    from .ir import precision
+
+    return "precision: " + ", ".join(f"{k.name} {precision(k)}" for k in _load_program(path).kernels)
+
+
 def cmd_grade(args) -> int:
     from .grader import format_table, summarize
     from .grader.supervised import grade_in_child
@@ -598,6 +605,8 @@ def cmd_grade(args) -> int:
             print(f"error: {message}", file=sys.stderr)
             return 2
     solution = _solution_for_file(args.file, problem, args)
+    if args.file.endswith(".ucut") and not args.json:
+        print(_precision_line(args.file))
     import torch
 
     workloads = None

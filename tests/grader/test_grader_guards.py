@@ -262,6 +262,19 @@ def test_aliasing_and_write_returned_layout_checks():
     assert torch.isnan(bufs[0]).all()
 
 
+def test_a_reference_may_return_views_of_one_tensor_a_candidate_may_not():
+    """L2_030's reference returns two slices of one projection (and a reference may return an input as it is): the
+    grader copies them into the output buffers instead of failing the problem's own code with OUTPUT_ALIASED."""
+    x = torch.randn(6, 4)
+    halves = (x[:2], x[2:])  # contiguous views of one tensor
+    bufs = [torch.full((2, 4), float("nan")), torch.full((4, 4), float("nan"))]
+    with pytest.raises(_Failure) as e:
+        write_returned(halves, bufs, ["head", "tail"], [x], ["x"])
+    assert e.value.status == "OUTPUT_ALIASED"
+    write_returned(halves, bufs, ["head", "tail"], [x], ["x"], strided=True)  # the reference
+    assert torch.equal(bufs[0], x[:2]) and torch.equal(bufs[1], x[2:])
+
+
 def test_wall_verdict_bounds():
     assert wall_verdict(0.0105, 0.010, "cuda")[0]             # 0.5 µs over a 10 µs kernel: noise
     ok, escaped, allowed = wall_verdict(0.060, 0.002, "cuda")  # a side-stream GEMM the events missed

@@ -10,7 +10,8 @@ from typing import Mapping
 
 from ..errors import Diagnostic
 from ..ir import Choice, GemmKernel, Schedule, Target
-from . import sm90, sm90_attention, sm90_conv, sm90_grouped, sm100, sm100_attention, sm100_conv, sm100_grouped
+from . import (sm90, sm90_3xtf32, sm90_attention, sm90_conv, sm90_grouped, sm100, sm100_attention, sm100_conv,
+               sm100_grouped)
 
 #: The rules module of each target.
 TARGET_RULES: dict[Target, ModuleType] = {Target.sm90: sm90, Target.sm100: sm100}
@@ -18,7 +19,7 @@ TARGET_RULES: dict[Target, ModuleType] = {Target.sm90: sm90, Target.sm100: sm100
 #: Every rule code of every target, with what it checks (the card, docs/DSL.md, lists them all).
 RULES: dict[str, str] = {**sm90.RULES, **sm100.RULES, **sm90_attention.RULES, **sm100_attention.RULES,
                          **sm90_grouped.RULES, **sm100_grouped.RULES, **sm90_conv.RULES,
-                         **sm100_conv.RULES}
+                         **sm100_conv.RULES, **sm90_3xtf32.RULES}
 #: The rules module of each target for attention kernels (``kernel NAME : attention``).
 ATTENTION_RULES: dict[Target, ModuleType] = {Target.sm90: sm90_attention, Target.sm100: sm100_attention}
 #: The rules module of each target for grouped GEMMs (``kernel NAME : grouped_gemm``).
@@ -41,6 +42,8 @@ def rules_for(kernel: GemmKernel) -> ModuleType:
         return GROUPED_RULES[kernel.target]
     if getattr(kernel, "family", "gemm") == "conv":  # implicit-GEMM convolution
         return CONV_RULES[kernel.target]
+    if sm90_3xtf32.uses_3xtf32(kernel):  # math = 3xtf32: the SM80 3xTF32 kernel, whatever the target says
+        return sm90_3xtf32
     return TARGET_RULES[kernel.target]
 
 
@@ -55,7 +58,8 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
     Raises:
         ValueError: the kernel still has open choices.
     """
-    return rules_for(kernel).check_kernel(kernel, extents)
+    family_rules = [] if getattr(kernel, "family", "gemm") == "gemm" else sm90_3xtf32.check_family(kernel)
+    return family_rules + rules_for(kernel).check_kernel(kernel, extents)
 
 
 def resolve_schedule(kernel: GemmKernel) -> Schedule:

@@ -15,16 +15,18 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import UcutError
-from ..ir import Target
+from ..ir import Math, Target
 from .abi import ABI_VERSION, Abi, abi_of, epilogue_args
 from .attention import template_values as attention_template_values
 from .common import environment, require_renderable
 from .conv import conv_template_values
 from .gemm import template_values
+from .gemm_3xtf32 import template_values_3xtf32
 from .grouped import grouped_template_values
 
 __all__ = ["ABI_VERSION", "Abi", "abi_of", "epilogue_args", "render", "template_values", "require_renderable",
-           "environment", "TEMPLATES", "TEMPLATE_VALUES"]
+           "environment", "TEMPLATES", "TEMPLATE_VALUES",
+           "MATH_TEMPLATES", "template_values_3xtf32"]
 
 #: The template of each (family, target).
 TEMPLATES = {("gemm", Target.sm90): "sm90_gemm.cu.j2", ("gemm", Target.sm100): "sm100_gemm.cu.j2",
@@ -36,6 +38,10 @@ TEMPLATES = {("gemm", Target.sm90): "sm90_gemm.cu.j2", ("gemm", Target.sm100): "
 TEMPLATE_VALUES: dict[str, Callable[..., dict[str, Any]]] = {
     "gemm": template_values, "grouped_gemm": grouped_template_values, "attention": attention_template_values,
     "conv": conv_template_values}
+#: Kernels whose ``math`` picks another template than their (family, target)'s: (family, math) → (template, values).
+#: ``3xtf32``: CUTLASS 2.x SM80 OpMultiplyAddFastF32 (ucutlass.arch.sm90_3xtf32), run on the H200.
+MATH_TEMPLATES: dict[tuple[str, Math], tuple[str, Callable[..., dict[str, Any]]]] = {
+    ("gemm", Math.x3tf32): ("sm80_gemm_3xtf32.cu.j2", template_values_3xtf32)}
 
 
 def render(kernel, source_file: str = "<string>") -> str:
@@ -45,6 +51,10 @@ def render(kernel, source_file: str = "<string>") -> str:
         CheckError: open choices remain or an arch rule is broken (nothing is rendered).
         UcutError: no template for the kernel's family and target.
     """
+    by_math = MATH_TEMPLATES.get((kernel.family, getattr(kernel, "math", Math.tf32)))
+    if by_math is not None:
+        template, values_of = by_math
+        return environment().get_template(template).render(**values_of(kernel, source_file))
     key = (kernel.family, kernel.target)
     if key not in TEMPLATES:
         raise UcutError(f"no template for {kernel.family} on {getattr(kernel.target, 'value', kernel.target)}; "

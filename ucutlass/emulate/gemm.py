@@ -4,8 +4,10 @@ The emulator takes the arguments a compiled kernel takes (:class:`ucutlass.codeg
 scalars), so a binding (:meth:`ucutlass.bind.Binding.callable`) and a dispatch call it as they call the compiled
 kernel. Shapes follow the declaration as the launcher reads them (:class:`ucutlass.runtime.CompiledKernel`): a
 ``row`` operand's leading dims fold into its first mode, a ``col`` operand has its declared 2-D shape, a batched
-operand leads with its batch dims. The product is taken in f32 from the operands' exact values (TF32 off) and
-rounded to ``accum`` when that is narrower; scales dequantise as CUTLASS applies them (per tensor: on the
+operand leads with its batch dims. The product is taken in f32 from the operands' values (TF32 off) and
+rounded to ``accum`` when that is narrower; f32 a and b are first rounded to TF32 under ``math = tf32`` (what the
+tensor cores read) and kept as they are under ``math = 3xtf32`` (its three MMAs are about fp32:
+:func:`tf32_rounded`); scales dequantise as CUTLASS applies them (per tensor: on the
 accumulator; blockwise: per block of the operands). Nothing here depends on tile, schedule, swap AB or split-K:
 they change how a kernel computes, not what.
 """
@@ -16,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from ..codegen import Abi, abi_of
 from ..errors import KernelRuntimeError
-from ..ir import DType, EpilogueInputKind, GemmKernel, Layout, split_dim
+from ..ir import DType, EpilogueInputKind, GemmKernel, Layout, Math, split_dim
 from .dtypes import torch_dtype
 from .epilogue import evaluate
 
@@ -93,6 +95,9 @@ class GemmEmulator:
         a = oriented(matrix(args["a"], k.a.dims, k.a.layout, batched), k.a.dims, ("M", "K")).float()
         b = oriented(matrix(args["b"], k.b.dims, k.b.layout, batched and bool(k.b.batch)), k.b.dims,
                      ("N", "K")).float()
+        if getattr(k, "math", Math.tf32) is Math.tf32:  # TF32 tensor cores read 10 bits of mantissa
+            a = tf32_rounded(a) if k.a.dtype is DType.f32 else a
+            b = tf32_rounded(b) if k.b.dtype is DType.f32 else b
         for s in k.scales:
             if s.per_tensor:
                 continue
@@ -178,6 +183,21 @@ class GemmEmulator:
         return {"M": int(m), "N": int(b.shape[-2]), "K": int(a.shape[-1])}
 
 
+def tf32_rounded(x):
+    """f32 tensor ``x`` rounded to TF32 (8-bit exponent, 10-bit mantissa: the low 13 mantissa bits cleared), to
+    nearest, ties to even; inf and nan unchanged. Shape and dtype (f32) are kept.
+
+    The tensor cores multiply TF32 values (CUTLASS ``cutlass::tfloat32_t``; a ``math = tf32`` GEMM on f32 operands);
+    hardware that truncates instead differs by at most one TF32 unit in the last place per operand.
+    """
+    import torch
+
+    bits = x.contiguous().view(torch.int32)
+    rounded = (bits + 0x0FFF + ((bits >> 13) & 1)) & ~0x1FFF
+    out = rounded.view(torch.float32)
+    return torch.where(torch.isfinite(x), out, x)
+
+
 class exact_f32:
     """Matmuls in full f32 (no TF32, no reduced-precision reductions) for the block: the compiled kernel
     accumulates the operands' exact products in f32."""
@@ -196,4 +216,4 @@ class exact_f32:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self.saved
 
 
-__all__ = ["GemmEmulator", "matrix", "oriented", "blocks", "store", "exact_f32"]
+__all__ = ["GemmEmulator", "matrix", "oriented", "blocks", "store", "exact_f32", "tf32_rounded"]

@@ -21,14 +21,14 @@ from .conv import CONV_DIMS, CONV_SETTINGS, ConvKernel, output_extent, spatial_o
 from .expr import linear_combination  # noqa: F401
 from .expr import BINARY_OPS, UNARY_OPS, Acc, Binary, Cast, Const, Expr, Ref, Src, Unary, expr_to_text, walk
 from .gemm import (ALIGNMENTS, BUILD_NAME, GEMM_SETTINGS, RUNTIME_DEFAULTS, RUNTIME_SETTINGS,  # noqa: F401
-                   SWAPPED_NAMES, GemmKernel, transposed)
+                   SWAPPED_NAMES, GemmKernel, precision, transposed)
 from .grouped import GROUP_OPERANDS, GroupedGemmKernel, IndexType  # noqa: F401
 from .kernel import Kernel  # noqa: F401
 from .operands import SCALE_OPERANDS, EpilogueInput, EpilogueOutput, Operand, Scale, split_dim  # noqa: F401
 from .pipeline import Pipeline, Step  # noqa: F401
 from .program import Program  # noqa: F401
-from .values import (Choice, DType, EpilogueInputKind, Layout, RasterOrder, ReductionMode, Schedule,  # noqa: F401
-                     Setting, Target, TileScheduler, canonical_json, spell_setting, to_dict)
+from .values import (OMIT_DEFAULT, Choice, DType, EpilogueInputKind, Layout, Math, RasterOrder,  # noqa: F401
+                     ReductionMode, Schedule, Setting, Target, TileScheduler, canonical_json, spell_setting, to_dict)
 
 __all__ = [
     'Pos', 'DType', 'Layout', 'Target', 'Schedule', 'TileScheduler', 'RasterOrder', 'ReductionMode',
@@ -38,5 +38,5 @@ __all__ = [
     'ALIGNMENTS', 'RUNTIME_SETTINGS', 'RUNTIME_DEFAULTS', 'BUILD_NAME', 'GemmKernel', 'SWAPPED_NAMES', 'transposed',
     'IndexType', 'GROUP_OPERANDS', 'GroupedGemmKernel', 'MASKS', 'ATTENTION_SETTINGS', 'EXTENTS', 'AttentionKernel', 'padded_head_dim',
     'head_ratio', 'Kernel', 'Program', 'ConvKernel', 'CONV_DIMS', 'CONV_SETTINGS',
-    'output_extent', 'spatial_of', 'Pipeline', 'Step'
+    'output_extent', 'spatial_of', 'Pipeline', 'Step', 'Math', 'OMIT_DEFAULT', 'precision'
 ]

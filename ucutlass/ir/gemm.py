@@ -10,12 +10,12 @@ from typing import Any, Mapping
 from ..errors import Pos
 from .expr import Acc, Expr
 from .operands import EpilogueInput, EpilogueOutput, Operand, Scale
-from .values import (Choice, DType, EpilogueInputKind, Layout, RasterOrder, ReductionMode, Setting, canonical_json,
-                     spell_setting)
+from .values import (OMIT_DEFAULT, Choice, DType, EpilogueInputKind, Layout, Math, RasterOrder, ReductionMode, Setting,
+                     canonical_json, spell_setting)
 
 #: Settings of a GEMM kernel that may hold a :class:`Choice`, in report order.
 GEMM_SETTINGS = ("target", "accum", "tile", "cluster", "schedule", "stages", "scheduler", "split_k", "raster",
-                 "swizzle", "reduction_mode", "alignment", "swap_ab")
+                 "swizzle", "reduction_mode", "alignment", "swap_ab", "math")
 #: ``alignment`` values (elements per access of every operand's contiguous dim, capped at 16 bytes).
 ALIGNMENTS = (8, 4, 2, 1)
 #: Settings passed to the kernel at run time (CUTLASS tile-scheduler arguments): they do not change the
@@ -71,6 +71,10 @@ class GemmKernel:
     #: (the MMA's M side) and its few rows M (decode tokens) along the tile's N. None = auto (the target's rules
     #: decide: :func:`ucutlass.arch.resolve_swap_ab`), True or False.
     swap_ab: Setting = None
+    #: how f32 a and b multiply (:class:`Math`): ``tf32`` (SM90 wgmma on TF32-rounded operands) or ``3xtf32``
+    #: (about fp32 accuracy: SM80 OpMultiplyAddFastF32, ``templates/sm80_gemm_3xtf32.cu.j2``). Left out of the
+    #: digest while ``tf32`` (:data:`OMIT_DEFAULT`).
+    math: Setting = field(default=Math.tf32, metadata=OMIT_DEFAULT)
 
     # scale factors of a and b (FP8 per-tensor or blockwise, sm100 block-scaled), see Scale
     scale_a: Scale | None = None
@@ -157,6 +161,8 @@ class GemmKernel:
             parts.append("batched")
         if self.alignment is not None:
             parts.append("align" + spell(self.alignment))
+        if self.math is not Math.tf32:
+            parts.append(spell(self.math))
         if self.swap_ab is True:
             parts.append("swapab")
         elif isinstance(self.swap_ab, Choice):
@@ -178,6 +184,18 @@ class GemmKernel:
     def build_digest(self) -> str:
         """:meth:`digest` of :meth:`build_config`: equal for kernels that share one compiled binary."""
         return self.build_config().digest()
+
+
+def precision(kernel) -> str:
+    """The precision a kernel multiplies in, for reports: ``f32 via 3xtf32`` / ``f32 via tf32`` for f32 a and b
+    (:class:`Math`), else the dtype of its first operand (``bf16``, ``f8e4m3``); ``?`` while open."""
+    first = kernel.operands[0] if getattr(kernel, "operands", ()) else None
+    dtype = getattr(first, "dtype", None)
+    if isinstance(dtype, Choice) or dtype is None:
+        return "?"
+    if dtype is DType.f32 and isinstance(getattr(kernel, "math", None), Math):
+        return f"f32 via {kernel.math.value}"
+    return dtype.value
 
 
 #: What the operand and scale names of a :func:`transposed` kernel stand for in the kernel it came from.

@@ -115,6 +115,22 @@ class ReductionMode(enum.Enum):
     nondeterministic = "nondeterministic"  # Nondeterministic: after the first split, the others add at once
 
 
+class Math(enum.Enum):
+    """How a GEMM with f32 a and b multiplies (``math``): ``tf32`` rounds each operand to TF32 (10-bit mantissa)
+    and runs one tensor-core MMA (SM90 wgmma); ``3xtf32`` splits each operand into a TF32 big part and a TF32
+    remainder and adds three MMAs (big·big + big·small + small·big), about fp32 accuracy (CUTLASS 2.x
+    ``arch::OpMultiplyAddFastF32`` on SM80 mma.sync, which the H200 runs: CUTLASS 4.2's SM90 collective builders
+    have no 3xTF32 mainloop). The value is the `.ucut` spelling."""
+
+    tf32 = "tf32"
+    x3tf32 = "3xtf32"
+
+
+#: Field metadata of an IR field that the digest JSON leaves out while it holds its default: a setting added after
+#: digests were recorded (``math``) keeps every earlier kernel's digest, build cache key and golden render.
+OMIT_DEFAULT = {"omit_default": True}
+
+
 class EpilogueInputKind(enum.Enum):
     """How an extra epilogue input broadcasts over the M×N output tile.
 
@@ -170,7 +186,7 @@ def _jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {"__type__": type(value).__name__}
         for f in dataclasses.fields(value):
-            if f.compare:
+            if f.compare and not (f.metadata.get("omit_default") and getattr(value, f.name) == f.default):
                 out[f.name] = _jsonable(getattr(value, f.name))
         return out
     if isinstance(value, (tuple, list)):

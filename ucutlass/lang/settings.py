@@ -8,9 +8,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .. import ir
 from ..errors import did_you_mean
-from ..ir import DType, Layout, Pos, RasterOrder, ReductionMode, Schedule, Target, TileScheduler
+from ..ir import DType, Layout, Math, Pos, RasterOrder, ReductionMode, Schedule, Target, TileScheduler
 from .ast import Atom, KernelNode, SettingNode
-from .vocabulary import (DTYPES, LAYOUTS, OPERAND_DTYPES, RASTERS, REDUCTION_MODES, SCALE_DTYPES, SCHEDULERS, SCHEDULES,
+from .vocabulary import (DTYPES, LAYOUTS, MATHS, OPERAND_DTYPES, RASTERS, REDUCTION_MODES, SCALE_DTYPES, SCHEDULERS, SCHEDULES,
                          TARGETS)
 
 
@@ -127,6 +127,8 @@ SETTINGS: dict[str, SettingSpec] = {s.name: s for s in (
                 ("auto", "8", "4", "2", "1"), "auto", _alignment),
     SettingSpec("swap_ab", "compute Dᵀ = B·Aᵀ: the tile's M runs along N, its N along the (few) rows M",
                 tuple(FLAGS), "auto", _flag("swap_ab")),
+    SettingSpec("math", "how f32 a and b multiply: tf32 (one TF32 MMA) or 3xtf32 (three: about fp32 accuracy)",
+                MATHS, "tf32", _enum_converter("math", Math, MATHS, "a math mode")),
 )}
 assert tuple(SETTINGS) == ir.GEMM_SETTINGS
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from .. import ir
-from ..ir import DType, EpilogueInputKind, Layout, RasterOrder, ReductionMode, Schedule, Target, TileScheduler
+from ..ir import DType, EpilogueInputKind, Layout, Math, RasterOrder, ReductionMode, Schedule, Target, TileScheduler
 
 #: Kernel families (``kernel NAME : FAMILY``): GEMM, attention (FMHA), grouped GEMM and convolution (implicit GEMM).
 FAMILIES = ("gemm", "attention", "grouped_gemm", "conv")
@@ -28,6 +28,8 @@ SCHEDULERS = tuple(s.value for s in TileScheduler)
 RASTERS = tuple(r.value for r in RasterOrder)
 #: ``reduction_mode`` values (:class:`ucutlass.ir.ReductionMode`).
 REDUCTION_MODES = tuple(r.value for r in ReductionMode)
+#: ``math`` values (:class:`ucutlass.ir.Math`): how f32 a and b multiply.
+MATHS = tuple(m.value for m in Math)
 #: Functions an epilogue expression may call, each with one argument.
 ACTIVATIONS = ir.UNARY_OPS
 #: Reductions an epilogue output statement may call: ``_n`` reduces over N into an ``[M]`` output (one value
