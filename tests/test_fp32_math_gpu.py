@@ -42,7 +42,7 @@ def test_3xtf32_is_as_accurate_as_f32_and_far_better_than_tf32(kernels, m, n, k)
     torch.manual_seed(0)
     a, b = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda")
     d = poisoned(m, n, dtype=torch.float32)
-    kernels["proj"](a, b, d)
+    kernels["proj"](a=a, b=b, d=d)
     exact = a.double() @ b.double().T
     err = rel_err(d, exact)
     f32_err = rel_err(_torch_matmul(a, b, tf32=False), exact)
@@ -60,7 +60,7 @@ def test_3xtf32_bias_gelu_tanh_epilogue(kernels):
     a, b = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda") / k ** 0.5
     bias = torch.randn(n, device="cuda")
     d = poisoned(m, n, dtype=torch.float32)
-    kernels["fc1"](a, b, d, bias)
+    kernels["fc1"](a=a, b=b, d=d, bias=bias)
     ref = F.gelu(a.double() @ b.double().T + bias.double(), approximate="tanh")
     assert not torch.isnan(d).any()
     assert (d.double() - ref).abs().max().item() < 1e-4
