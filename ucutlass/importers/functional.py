@@ -224,8 +224,8 @@ def functional_source(gm: fx.GraphModule) -> Translation:
     inputs = []
     for n in old.nodes:
         if n.op == "placeholder":
-            env[n] = new.placeholder(n.name)
-            inputs.append(n.name)
+            env[n] = new.placeholder(str(n.target))  # the forward's own argument name (fx's n.name is snake_case)
+            inputs.append(str(n.target))
     taken = set(inputs)
     params = []
     pnode = {}
@@ -258,6 +258,8 @@ def functional_source(gm: fx.GraphModule) -> Translation:
             env[n] = new.call_function(fn, real, kwargs)
         else:
             env[n] = new.node_copy(n, lambda a: env[a])
+    for n in new.nodes:
+        n.type = None  # annotations (x: torch.Tensor) would name globals the reference does not define
     new.lint()
     code = new.python_code(root_module="self")
     extra = sorted(set(code.globals) - _KNOWN_GLOBALS)

@@ -164,7 +164,7 @@ def _init_expr(name: str, qual: str, d: dict, dims: list[str], role: str) -> str
     if not d["dtype"].startswith(("float", "bfloat")):
         raise ImportProblemError(f"{role} {name!r} is {d['dtype']}: its value range is whatever the file's code "
                                  "makes, which the import cannot reproduce (only floating tensors are supported)")
-    sizes = [f'a["{s}"]' for s in dims]
+    sizes = [f'axes["{s}"]' for s in dims]
     shape = "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
     make = f"torch.{{}}({shape}, dtype=torch.{d['dtype']}, device=device)"
     if role == "parameter" and qual.endswith("running_var"):
@@ -200,7 +200,7 @@ def build_definition(answer: dict, name: str, source_file: str, scaled: Sequence
                  f'torch.fx).\nTranslated modules: {mods}."""\nimport math\n' + HEADER + "\n\n"
                  "def get_inputs(axes_and_scalars, device):\n"
                  '    """Every input of run(): the forward\'s tensors, then the Model\'s parameters and buffers."""\n'
-                 "    a = axes_and_scalars\n    return {\n" + "\n".join(makers) + "\n    }\n\n\n" + tr["source"])
+                 "    axes = axes_and_scalars\n    return {\n" + "\n".join(makers) + "\n    }\n\n\n" + tr["source"])
     definition = {"name": name, "description": (answer["doc"] or f"KernelBench {source_file}").strip(),
                   "source": f"KernelBench {source_file}", "axes": axes, "custom_inputs_entrypoint": "get_inputs",
                   "inputs": inputs, "outputs": outputs, "reference": reference}
