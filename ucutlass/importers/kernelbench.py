@@ -202,7 +202,7 @@ def build_definition(answer: dict, name: str, source_file: str, scaled: Sequence
                  '    """Every input of run(): the forward\'s tensors, then the Model\'s parameters and buffers."""\n'
                  "    axes = axes_and_scalars\n    return {\n" + "\n".join(makers) + "\n    }\n\n\n" + tr["source"])
     definition = {"name": name, "description": (answer["doc"] or f"KernelBench {source_file}").strip(),
-                  "source": f"KernelBench {source_file}", "axes": axes, "custom_inputs_entrypoint": "get_inputs",
+                  "axes": axes, "custom_inputs_entrypoint": "get_inputs",
                   "inputs": inputs, "outputs": outputs, "reference": reference}
     per_load = []
     for w in answer["workloads"]:
@@ -243,7 +243,10 @@ def import_kernelbench(path: str | os.PathLike, out: str | os.PathLike | None = 
     answer = run_probe(src, {"scale": scale, "dtype": DTYPES.get(dtype or ""),
                              "check_max_elements": check_max_elements}, timeout_s)
     definition, per_load = build_definition(answer, stem, src.name, list(scale))
-    definition["checked"] = answer["checked"]
+    tr = answer["translation"]
+    definition["kernelbench"] = {"file": src.name, "forward_inputs": tr["inputs"],
+                                 "parameters": dict(tr["params"]), "modules": tr["modules"],
+                                 "checked": answer["checked"], "scale": scale, "dtype": DTYPES.get(dtype or "")}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "definition.json").write_text(json.dumps(definition, indent=2) + "\n")
     lines = []
