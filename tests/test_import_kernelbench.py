@@ -18,6 +18,7 @@ import torch
 
 from ucutlass.cli import main
 from ucutlass.importers import ImportProblemError, import_kernelbench, parse_scale
+from ucutlass.importers.functional import HEADER, TranslationError, functional_source
 from ucutlass.problem import find_problem, load_problem
 
 DATA = Path(__file__).parent / "data" / "kernelbench"
@@ -113,6 +114,11 @@ def test_the_file_runs_in_a_child_process_only(tmp_path):
     assert not hasattr(builtins, "UCUTLASS_KERNELBENCH_FILE_RAN_HERE")
 
 
+def test_data_dependent_control_flow_is_refused(tmp_path):
+    with pytest.raises(ImportProblemError, match="cannot be traced by torch.fx .*control flow"):
+        import_kernelbench(DATA / "data_dependent.py", tmp_path / "x")
+
+
 @pytest.mark.slow
 def test_a_file_that_hangs_is_stopped(tmp_path):
     with pytest.raises(ImportProblemError, match="ran longer than 3 s"):
@@ -129,3 +135,64 @@ def test_bad_options_are_clear(tmp_path, capsys):
         import_kernelbench(DATA / "linear_relu.py", tmp_path / "x", dtype="int8")
     assert main(["import", "kernelbench", str(tmp_path / "missing.py")]) == 1
     assert "missing.py: no such file" in capsys.readouterr().err
+
+
+# --- the translation table, in this process (our own modules: nothing untrusted runs here) -------------------
+
+class _Many(torch.nn.Module):
+    """One of most rows of functional.MODULES, in eval and training mode alike."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.c1 = nn.Conv1d(4, 8, 3, stride=2, padding=1, dilation=1, groups=2)
+        self.ct = nn.ConvTranspose1d(8, 6, 3, stride=2, padding=1, output_padding=1)
+        self.body = nn.Sequential(nn.BatchNorm1d(6), nn.InstanceNorm1d(6, affine=True), nn.GroupNorm(3, 6),
+                                  nn.GELU(approximate="tanh"), nn.MaxPool1d(2, ceil_mode=True),
+                                  nn.AvgPool1d(2, count_include_pad=False, padding=1), nn.Hardtanh(-0.5, 0.5),
+                                  nn.LeakyReLU(0.1), nn.ELU(0.7), nn.Softplus(2.0, 10.0), nn.Dropout(0.0),
+                                  nn.Flatten(), nn.LayerNorm(30), nn.Linear(30, 5, bias=False), nn.SiLU(),
+                                  nn.Mish(), nn.Softmax(dim=1))
+
+    def forward(self, x):
+        return self.body(self.ct(self.c1(x))) + 1.0
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_translated_modules_compute_what_the_modules_compute(training):
+    torch.manual_seed(0)
+    model = _Many().train(training)
+    for m in model.modules():  # non-trivial running statistics, so eval mode reads them
+        if isinstance(m, torch.nn.BatchNorm1d):
+            m.running_mean.normal_()
+            m.running_var.uniform_(0.5, 1.5)
+    tr = functional_source(torch.fx.symbolic_trace(model))
+    assert set(tr.modules.values()) >= {"Conv1d", "ConvTranspose1d", "BatchNorm1d", "GroupNorm", "Linear", "Softmax"}
+    ns: dict = {}
+    exec(HEADER + tr.source, ns)
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    x = torch.randn(3, 4, 16)
+    got = ns["run"](x, *[state[q].clone() for _, q in tr.params])
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_buffer_computed_in_init_is_refused():
+    class Masked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mask", torch.tril(torch.ones(4, 4)))
+
+        def forward(self, x):
+            return x * self.mask
+
+    with pytest.raises(TranslationError, match=r"self\.mask, a buffer whose values Model computes in __init__"):
+        functional_source(torch.fx.symbolic_trace(Masked()))
+
+
+def test_random_dropout_is_refused():
+    model = torch.nn.Sequential(torch.nn.Dropout(0.2))
+    with pytest.raises(TranslationError, match=r"self\.0 \(Dropout\): Dropout\(p=0.2\) in training mode"):
+        functional_source(torch.fx.symbolic_trace(model))
+    functional_source(torch.fx.symbolic_trace(model.eval()))  # eval mode: the identity

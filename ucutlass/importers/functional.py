@@ -142,6 +142,10 @@ MODULES: dict[type, Callable[[nn.Module], tuple[Callable, tuple, dict]]] = {
     nn.AdaptiveAvgPool3d: lambda m: (F.adaptive_avg_pool3d, (X, m.output_size), {}),
 }
 
+#: Buffers that may become random inputs: norms' running statistics (a batch norm in training mode does not read
+#: them; in eval mode they are data like the weights).
+RANDOM_BUFFERS = ("running_mean", "running_var")
+
 #: Names the source ``torch.fx`` writes may use, and how the reference defines them.
 HEADER = ("import torch\nfrom math import inf, nan\nfrom torch import device\n"
           "import torch.fx._pytree as fx_pytree\nimport torch.utils._pytree as pytree\nNoneType = type(None)\n")
@@ -214,10 +218,15 @@ def functional_source(gm: fx.GraphModule) -> Translation:
             for a in rows[n][1]:
                 if isinstance(a, P) and getattr(mod, a.attr, None) is not None:
                     need(f"{n.target}.{a.attr}")
+    parameters, buffers = dict(gm.named_parameters()), dict(gm.named_buffers())
     for q in needed:
-        value = gm.get_parameter(q) if q in dict(gm.named_parameters()) else _attr(gm, q)
-        if not isinstance(value, torch.Tensor):
-            raise TranslationError(f"forward reads self.{q}, a {type(value).__name__}: only tensors can be inputs")
+        if q in parameters or (q in buffers and q.endswith(RANDOM_BUFFERS)):
+            continue
+        value = _attr(gm, q)
+        kind = "a buffer" if q in buffers else f"a {type(value).__name__} attribute"
+        raise TranslationError(f"forward reads self.{q}, {kind} whose values Model computes in __init__ (a mask, a "
+                               "table): the imported problem's inputs are random, so it would compute something "
+                               "else; only parameters (and norms' running statistics) become inputs")
 
     new = fx.Graph()
     env: dict[fx.Node, Any] = {}

@@ -30,11 +30,11 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -82,29 +82,38 @@ def run_probe(path: Path, request: dict, timeout_s: float = DEFAULT_TIMEOUT_S) -
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([pkg_root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     with tempfile.TemporaryDirectory(prefix="ucutlass-kbprobe-") as tmp:
+        answer_path = Path(tmp) / "answer.json"
+        # its own session: a timeout kills the file's children too
+        proc = subprocess.Popen([sys.executable, "-m", "ucutlass.importers.probe"], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp, env=env,
+                                start_new_session=True)
         try:
-            proc = subprocess.run([sys.executable, "-m", "ucutlass.importers.probe"],
-                                  input=json.dumps({**request, "path": str(path.resolve())}), text=True,
-                                  capture_output=True, timeout=timeout_s, cwd=tmp, env=env)
+            _, err = proc.communicate(json.dumps({**request, "path": str(path.resolve()),
+                                                  "answer_path": str(answer_path)}), timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise ImportProblemError(f"{path}: the probe (building Model on the meta device) ran longer than "
-                                     f"{timeout_s:g} s and was stopped") from None
-    try:
-        answer = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise ImportProblemError(f"{path}: the probe exited with status {proc.returncode} and no answer"
-                                 + (": " + " | ".join(tail) if tail else "")) from None
+            _kill_group(proc)
+            raise ImportProblemError(f"{path}: the probe (running the file, building Model on the meta device) ran "
+                                     f"longer than {timeout_s:g} s and was stopped") from None
+        finally:
+            _kill_group(proc)
+        try:
+            answer = json.loads(answer_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            tail = (err or "").strip().splitlines()[-3:]
+            raise ImportProblemError(f"{path}: the probe exited with status {proc.returncode} and no answer"
+                                     + (": " + " | ".join(tail) if tail else "")) from None
     if not answer.get("ok"):
         raise ImportProblemError(f"{path}: {answer.get('error')}")
     return answer
 
 
-@dataclass(frozen=True)
-class _Dim:
-    tensor: str
-    index: int
-    signature: tuple  # the size at the base sizes, then with each int global doubled alone
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the probe's process group (the file may have started processes of its own) and reap the probe."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
 
 
 def infer_axes(answer: dict, scaled: Sequence[str]) -> tuple[dict, dict[tuple[str, int], str]]:

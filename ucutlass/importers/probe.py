@@ -208,6 +208,8 @@ def _attr(root, qual: str):
 
 
 def main() -> int:
+    """Read the request from stdin, write the answer to ``request["answer_path"]`` (stdout when absent: the file's
+    own prints, even from C, cannot corrupt an answer written to a file)."""
     request = json.loads(sys.stdin.read())
     noise = io.StringIO()  # the file's prints must not corrupt the JSON answer
     try:
@@ -218,8 +220,12 @@ def main() -> int:
     except Exception as e:  # a bug in the file, or ours: say where
         answer = {"ok": False, "error": f"{type(e).__name__}: {e}",
                   "traceback": traceback.format_exc(limit=-4)}
-    sys.stdout.write(json.dumps(answer))
-    sys.stdout.flush()
+    if request.get("answer_path"):
+        with open(request["answer_path"], "w", encoding="utf-8") as f:
+            json.dump(answer, f)
+    else:
+        sys.stdout.write(json.dumps(answer))
+        sys.stdout.flush()
     return 0
 
 
