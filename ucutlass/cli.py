@@ -763,8 +763,9 @@ def cmd_import_kernelbench(args) -> int:
     problem = import_kernelbench(args.file, args.out, scale=parse_scale(args.scale), dtype=args.dtype,
                                  timeout_s=args.timeout)
     checked = problem.extra["kernelbench"]["checked"]
-    check = (f"translation matches Model on the CPU (max diff {checked:g})" if isinstance(checked, (int, float))
-             else f"translation check {checked}")
+    at = ", ".join(f"{k}={v}" for k, v in checked.get("sizes", {}).items()) or "the file's sizes"
+    check = (f"translation matches Model on the CPU at {at} (max diff {checked['max_abs_diff']:g})"
+             if "max_abs_diff" in checked else f"translation not checked: {checked['skipped']}")
     print(f"wrote {problem.path}: {len(problem.inputs)} inputs, {len(problem.outputs)} output(s), "
           f"{len(problem.workloads)} workload(s); {check}")
     print(f"next: ucutlass sol {problem.path}   (or add {problem.path.parent} to --problems / $UCUTLASS_PROBLEMS)")

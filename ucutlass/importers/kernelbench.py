@@ -8,7 +8,8 @@ tensors) and module-level globals for the sizes (``batch_size = 128``). The impo
 - **inputs**: the forward's arguments, then every parameter and buffer the forward reads
   (``linear.weight`` → ``linear_weight``);
 - **reference**: ``run(inputs…, parameters…)``, the forward translated to functional torch calls
-  (:mod:`ucutlass.importers.functional`; checked against ``Model`` on the CPU when the problem is small), and
+  (:mod:`ucutlass.importers.functional`; checked against ``Model`` on the CPU, at the file's sizes or with its
+  large globals halved until the tensors are small: ``definition.json``'s ``kernelbench.checked``), and
   a ``get_inputs(axes, device)`` entry point that makes every input: ``randn`` for the forward's tensors,
   ``randn / sqrt(fan_in)`` for weights of two or more dimensions (the scale of torch's default
   ``kaiming_uniform_`` init, so deep models stay finite), ``rand + 0.5`` for running variances, ``randn`` for the
