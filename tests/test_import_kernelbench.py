@@ -34,11 +34,13 @@ def _kernelbench_module(name: str):
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
-    """linear_relu through the CLI; conv_bn_gelu through the API; matmul_globals scaled and cast to bf16."""
+    """linear_relu through the CLI; conv_bn_gelu through the API; matmul_globals scaled, cast to bf16 and checked
+    at halved sizes."""
     root = tmp_path_factory.mktemp("kb")
     assert main(["import", "kernelbench", str(DATA / "linear_relu.py"), "-o", str(root / "linear_relu")]) == 0
     import_kernelbench(DATA / "conv_bn_gelu.py", root / "conv_bn_gelu")
-    import_kernelbench(DATA / "matmul_globals.py", root / "matmul_bf16", scale={"M": [0.5, 2.0]}, dtype="bf16")
+    import_kernelbench(DATA / "matmul_globals.py", root / "matmul_bf16", scale={"M": [0.5, 2.0]}, dtype="bf16",
+                       check_max_elements=1000)  # 1680 elements at the file's sizes: the check halves them
     return root
 
 
@@ -94,6 +96,8 @@ def test_scale_and_dtype(imported):
     assert [w.axes for w in problem.workloads] == [{"M": 8}, {"M": 32}]  # M = 16 · 0.5 and 16 · 2
     assert all(s.dtype == "bfloat16" for s in [*problem.inputs.values(), *problem.outputs.values()])
     assert list(problem.inputs) == ["A", "B"] and list(problem.outputs) == ["output0", "output1"]
+    # the CPU check of the translation ran with every global of 16 or more halved (A, B, C: 424 elements)
+    assert problem.extra["kernelbench"]["checked"]["sizes"] == {"M": 8, "K": 16, "N": 12}
     inputs = problem.make_inputs(problem.workloads[1], seed=0)
     out = problem.run_reference(inputs)
     torch.testing.assert_close(out["output0"], inputs["A"] @ inputs["B"])
