@@ -275,10 +275,16 @@ def functional_source(gm: fx.GraphModule) -> Translation:
     if extra:
         raise TranslationError(f"forward calls {', '.join(extra)}, which the generated reference cannot name "
                                "(only torch functions and Python operators are translated)")
-    src = code.src.strip("\n")
+    src = re.sub(r"torch\._C\._nn\.(\w+)\(", _public_name, code.src.strip("\n"))
     src = re.sub(r"^def forward\(self,? ?", "def run(", src, count=1)
     return Translation(source="@torch.no_grad()\n" + src.rstrip() + "\n", inputs=tuple(inputs),
                        params=tuple(params), modules=modules)
+
+
+def _public_name(m: re.Match) -> str:
+    """``torch._C._nn.linear(`` → ``torch.nn.functional.linear(`` where that is the same function."""
+    same = getattr(F, m.group(1), None) is getattr(torch._C._nn, m.group(1), object())
+    return f"torch.nn.functional.{m.group(1)}(" if same else m.group(0)
 
 
 def _attr(root: nn.Module, qual: str):
