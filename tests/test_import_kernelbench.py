@@ -96,8 +96,8 @@ def test_scale_and_dtype(imported):
     assert [w.axes for w in problem.workloads] == [{"M": 8}, {"M": 32}]  # M = 16 · 0.5 and 16 · 2
     assert all(s.dtype == "bfloat16" for s in [*problem.inputs.values(), *problem.outputs.values()])
     assert list(problem.inputs) == ["A", "B"] and list(problem.outputs) == ["output0", "output1"]
-    # the CPU check of the translation ran with every global of 16 or more halved (A, B, C: 424 elements)
-    assert problem.extra["kernelbench"]["checked"]["sizes"] == {"M": 8, "K": 16, "N": 12}
+    # the CPU check of the translation ran with globals halved, largest first, until 1000 elements: K, then N
+    assert problem.extra["kernelbench"]["checked"]["sizes"] == {"K": 16, "N": 12}
     inputs = problem.make_inputs(problem.workloads[1], seed=0)
     out = problem.run_reference(inputs)
     torch.testing.assert_close(out["output0"], inputs["A"] @ inputs["B"])
@@ -127,6 +127,12 @@ def test_data_dependent_control_flow_is_refused(tmp_path):
 def test_a_file_that_hangs_is_stopped(tmp_path):
     with pytest.raises(ImportProblemError, match="ran longer than 3 s"):
         import_kernelbench(DATA / "hangs.py", tmp_path / "x", timeout_s=3)
+
+
+def test_a_global_the_forward_uses_as_a_constant_cannot_be_scaled(tmp_path):
+    """conv_bn_gelu's ``stride`` is baked into the traced conv2d call: scaling it would leave the reference behind."""
+    with pytest.raises(ImportProblemError, match="with stride=4 the traced forward differs"):
+        import_kernelbench(DATA / "conv_bn_gelu.py", tmp_path / "x", scale={"stride": [2.0]})
 
 
 def test_bad_options_are_clear(tmp_path, capsys):

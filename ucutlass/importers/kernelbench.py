@@ -18,7 +18,9 @@ tensors) and module-level globals for the sizes (``batch_size = 128``). The impo
   dimension that follows a global is named after it (``batch_size``), any other after its first tensor
   (``output_d2``); an axis is ``var`` when a ``--scale``d global moves it, else ``const``;
 - **workloads**: the file's sizes, or one per factor of ``--scale AXIS=F1,F2,…`` (products of several
-  ``--scale`` options); ``--dtype bfloat16`` makes the float32 tensors bfloat16;
+  ``--scale`` options); ``--dtype bfloat16`` makes the float32 tensors bfloat16. A global the forward bakes in as a
+  constant (``num_groups``, ``kernel_size``, a reshape size) cannot be scaled: the probe traces the model again at
+  every scaled size and refuses sizes where the traced code differs;
 - **tolerance**: KernelBench's check, ``torch.allclose(atol=rtol=1e-2)`` over every element
   (KernelBench v0/v0.1 for fp32, ``get_tolerance_for_precision`` for bf16/fp16).
 

@@ -53,6 +53,19 @@ def _load(path: str) -> dict:
     return ns
 
 
+def _translate(model):
+    """The functional form of ``model`` (:func:`functional_source` of its ``torch.fx`` trace)."""
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception as e:
+        raise ProbeError(f"Model.forward cannot be traced by torch.fx ({type(e).__name__}: {e}); control flow "
+                         "that depends on tensor values has no functional form") from None
+    try:
+        return functional_source(gm)
+    except TranslationError as e:
+        raise ProbeError(f"cannot translate Model: {e}") from None
+
+
 def _call(what: str, fn, *args):
     try:
         return fn(*args)
@@ -113,15 +126,7 @@ def probe(request: dict) -> dict:
 
     model, inputs = _build(ns, {}, "meta")
     names = [p for p in inspect.signature(model.forward).parameters]
-    try:
-        gm = fx.symbolic_trace(model)
-    except Exception as e:
-        raise ProbeError(f"Model.forward cannot be traced by torch.fx ({type(e).__name__}: {e}); control flow "
-                         "that depends on tensor values has no functional form") from None
-    try:
-        tr = functional_source(gm)
-    except TranslationError as e:
-        raise ProbeError(f"cannot translate Model: {e}") from None
+    tr = _translate(model)
     if len(inputs) != len(tr.inputs):
         raise ProbeError(f"get_inputs() gives {len(inputs)} inputs, Model.forward takes {len(tr.inputs)} "
                          f"({', '.join(names)})")
@@ -130,6 +135,11 @@ def probe(request: dict) -> dict:
 
     def shapes(overrides: dict, cast: str | None) -> dict:
         m, xs = _build(ns, overrides, "meta")
+        if overrides and _translate(m).source != tr.source:
+            raise ProbeError(f"with {', '.join(f'{k}={v}' for k, v in overrides.items())} the traced forward "
+                             "differs: the Model uses a global as a constant (a group count, a kernel size, a "
+                             "reshape size), so the reference would not follow; scale only sizes the forward "
+                             "reads from its inputs' shapes")
         params = [_cast(_attr(m, q), cast) for _, q in tr.params]
         xs = [_cast(x, cast) for x in xs]
         with torch.no_grad():
@@ -173,24 +183,39 @@ def _check(ns, ref, tr, shapes, ints: dict, limit: int):
     """Max |Model(x) − run(x, params)| on the CPU and the sizes it ran at, or why it was not run.
 
     At the file's sizes when every tensor together has at most ``limit`` elements; else with the int globals of
-    16 or more (batch, features, spatial sizes; not kernel sizes, strides or paddings) halved together, down to
-    8, until the tensors fit: the same modules and calls, at sizes a CPU runs in milliseconds.
+    16 or more (batch, features, spatial sizes; not kernel sizes, strides or paddings) halved one at a time,
+    largest first, down to 8, each only while the model still accepts the sizes, until the tensors fit: the
+    same modules and calls, at sizes a CPU runs in milliseconds.
     """
-    big = {g: v for g, v in ints.items() if v >= 16}
-    tried: list[dict] = []
-    for step in range(64):
-        overrides = {g: max(8, v >> step) for g, v in big.items()} if step else {}
-        if step and overrides == tried[-1]:  # every global at its floor already
-            return {"skipped": f"more than {limit} elements even with the int globals of 16 or more at 8"}
-        tried.append(overrides)
+    def total(o: dict) -> int | None:
         try:
-            total = sum(_numel(d) for part in shapes(overrides, None).values() for d in part)
+            return sum(_numel(d) for part in shapes(o, None).values() for d in part)
         except ProbeError:
-            continue  # the model does not take these sizes: halve further
-        if total <= limit:
+            return None  # the model does not take these sizes
+
+    overrides: dict[str, int] = {}
+    now = total(overrides)
+    frozen: set[str] = set()  # globals the model needs as they are (a tuple global elsewhere agrees with them)
+    while now is not None and now > limit:
+        moved = False
+        for g in sorted((g for g in ints if ints[g] >= 16 and g not in frozen), key=lambda g: -overrides.get(g, ints[g])):
+            value = overrides.get(g, ints[g])
+            if value // 2 < 8:
+                frozen.add(g)
+                continue
+            trial = {**overrides, g: value // 2}
+            n = total(trial)
+            if n is None:
+                frozen.add(g)
+            else:
+                overrides, now, moved = trial, n, True
+                if now <= limit:
+                    break
+        if not moved:
             break
-    else:
-        return {"skipped": f"no sizes with at most {limit} elements found"}
+    if now is None or now > limit:
+        return {"skipped": f"more than {limit} elements, and halving the int globals of 16 or more (alone, each down "
+                           f"to 8, while the model accepts them) got no smaller than {now} elements"}
     torch.manual_seed(0)
     model, inputs = _build(ns, overrides, "cpu")
     params = [_attr(model, q) for _, q in tr.params]
