@@ -254,7 +254,10 @@ def import_kernelbench(path: str | os.PathLike, out: str | os.PathLike | None = 
     folder = Path(out) if out is not None else Path(f"kernelbench_{stem}")
     answer = run_probe(src, {"scale": scale, "dtype": DTYPES.get(dtype or ""),
                              "check_max_elements": check_max_elements}, timeout_s)
-    definition, per_load = build_definition(answer, stem, src.name, list(scale))
+    try:
+        definition, per_load = build_definition(answer, stem, src.name, list(scale))
+    except ImportProblemError as e:
+        raise ImportProblemError(f"{src}: {e}") from None
     tr = answer["translation"]
     definition["kernelbench"] = {"file": src.name, "forward_inputs": tr["inputs"],
                                  "parameters": dict(tr["params"]), "modules": tr["modules"],
