@@ -31,6 +31,7 @@ STAGES = [
     ("ucutlass.solution",),
     ("ucutlass.search",),
     ("ucutlass.agents",),  # for LLM agents: feedback documents, prompts, the MCP server (which runs the CLI)
+    ("ucutlass.importers",),  # other benchmarks' files → problem folders (issue 17: KernelBench)
     ("ucutlass.cli",),
 ]
 #: Modules whose length is theirs to explain (out of issue 15's scope: the grader and the tuner).

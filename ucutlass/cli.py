@@ -862,6 +862,22 @@ def cmd_campaign(args) -> int:
     return 1 if len(failed) == len(results["problems"]) else 0
 
 
+def cmd_import_kernelbench(args) -> int:
+    """``ucutlass import kernelbench FILE.py``: a KernelBench problem as a problem folder (issue 17)."""
+    from .importers import import_kernelbench, parse_scale
+
+    problem = import_kernelbench(args.file, args.out, scale=parse_scale(args.scale), dtype=args.dtype,
+                                 timeout_s=args.timeout)
+    checked = problem.extra["kernelbench"]["checked"]
+    at = ", ".join(f"{k}={v}" for k, v in checked.get("sizes", {}).items()) or "the file's sizes"
+    check = (f"translation matches Model on the CPU at {at} (max diff {checked['max_abs_diff']:g})"
+             if "max_abs_diff" in checked else f"translation not checked: {checked['skipped']}")
+    print(f"wrote {problem.path}: {len(problem.inputs)} inputs, {len(problem.outputs)} output(s), "
+          f"{len(problem.workloads)} workload(s); {check}")
+    print(f"next: ucutlass sol {problem.path}   (or add {problem.path.parent} to --problems / $UCUTLASS_PROBLEMS)")
+    return 0
+
+
 # --- parser --------------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1002,6 +1018,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("problems", help="list the problems ucutlass can find")
     _problems_arg(p)
     p.set_defaults(func=cmd_problems)
+
+    p = sub.add_parser("import", help="turn another benchmark's problem into a problem folder")
+    imp = p.add_subparsers(dest="source", required=True, metavar="SOURCE")
+    p = imp.add_parser("kernelbench", help="a KernelBench file (class Model, get_inputs, get_init_inputs)")
+    p.add_argument("file", help="the KernelBench .py file (it runs only in a child process, on the meta device)")
+    p.add_argument("-o", "--out", metavar="DIR", help="problem folder to write (default ./kernelbench_<stem>)")
+    p.add_argument("--scale", action="append", default=[], metavar="GLOBAL=F[,F…]",
+                   help="scale an int global of the file; several factors make several workloads (repeatable)")
+    p.add_argument("--dtype", choices=["bf16", "bfloat16", "fp16", "float16"],
+                   help="make the float32 tensors this dtype")
+    p.add_argument("--timeout", type=float, default=120.0, help="the probe's time limit, seconds (default 120)")
+    p.set_defaults(func=cmd_import_kernelbench)
 
     p = sub.add_parser("calibrate", help="measure this GPU's copy bandwidth and matmul rates for T_SOL")
     p.add_argument("--no-save", action="store_true", help="print only; do not store the calibrated entry")
