@@ -844,7 +844,7 @@ class Grader:
                 missed.append((name, buf, c.reason))
         truth, how = self._truth(inputs, wl) if self.accuracy and missed else (None, "")
         for name, buf, reason in missed:
-            # Against the reference, the reference's own rounding counts against the candidate: judged against the truth.
+            # Against the reference its own rounding counts against the candidate: judged against the truth.
             ok, note = tolerance_against_truth(buf, ref[name], truth.get(name) if truth else None, tol, name)
             if not ok:
                 raise _Fail(Status.INCORRECT_NUMERICAL, f"{label}: {reason}" + (f" ({note})" if note else ""),
