@@ -37,6 +37,31 @@ class Capture:
     scalars: Mapping[str, Any]
 
 
+def _line_mode(filename: str):
+    """A TorchFunctionMode that tags each node made under a torch call with the reference's line
+    (``node.meta["custom"]["ref_line"]``, through ``torch.fx.traceback.annotate``)."""
+    import sys
+
+    from torch.fx import traceback as fx_traceback
+    from torch.overrides import TorchFunctionMode
+
+    class LineMode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename != filename:
+                frame = frame.f_back
+            if frame is None:
+                return func(*args, **(kwargs or {}))
+            with fx_traceback.annotate({"ref_line": frame.f_lineno}):
+                return func(*args, **(kwargs or {}))
+
+    return LineMode()
+
+
+def _LineMode(filename: str):  # noqa: N802 - reads as the mode it makes
+    return _line_mode(filename)
+
+
 def pick_workload(problem):
     """The workload to capture at: var axes distinct from one another and from the const axes, not 1, then
     the smallest (by the sum of its var axes)."""
@@ -70,6 +95,7 @@ def capture(problem, workload=None) -> Capture:
     """
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx import traceback as fx_traceback
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from ..problem import torch_dtype
@@ -104,7 +130,7 @@ def capture(problem, workload=None) -> Capture:
         return module.run(*args)
 
     try:
-        with torch.no_grad():
+        with torch.no_grad(), fx_traceback.preserve_node_meta(), _LineMode(f"<{problem.id} reference>"):
             gm = make_fx(fn, tracing_mode="fake")(*fakes)
     except Exception as e:  # the reference is data; any failure is a message, never a traceback
         text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

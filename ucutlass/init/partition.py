@@ -77,18 +77,22 @@ def _val(node):
 
 
 def _ref_line(node, problem_id: str) -> int | None:
-    trace = node.meta.get("stack_trace") or ""
-    lines = re.findall(r'File "<' + re.escape(problem_id) + r' reference>", line (\d+)', trace)
-    return int(lines[-1]) if lines else None
+    line = (node.meta.get("custom") or {}).get("ref_line")
+    return int(line) if line else None
 
 
-def symbolize(values: Mapping[str, tuple[int, int]]):
+def symbolize(values: Mapping[str, tuple[int, int]], consts: Mapping[str, int] | None = None):
     """A function int, int → text: the axis expression that equals ``a`` at the first capture and ``b`` at the
     second (``batch_size * seq_len``, ``2 * hidden``), or the number when they agree (a constant) or nothing fits.
 
     Args:
         values: var axis name → (value at the first workload, value at the second).
+        consts: const axis name → value: a constant ≥ 16 that only one const axis has is written by its name.
     """
+    named = {}
+    for name, v in (consts or {}).items():
+        if v >= 16:
+            named[v] = None if v in named else name
     names = list(values)
     cands = []
     for n in names:
@@ -108,7 +112,7 @@ def symbolize(values: Mapping[str, tuple[int, int]]):
 
     def fn(a: int, b: int | None) -> str:
         if b is None or a == b:
-            return str(a)
+            return named.get(a) or str(a)
         for text, (x, y) in cands:
             if (x, y) == (a, b):
                 return text
@@ -176,7 +180,8 @@ class Translator:
                 self.pairs = dict(zip(nodes, onodes))
         var = {n: (cap.axes[n], other.axes[n]) for n, a in problem.axes.items()
                if a.kind == "var" and other is not None and n in cap.axes and n in other.axes}
-        self.sym = symbolize(var)
+        consts = {n: a.value for n, a in problem.axes.items() if a.kind == "const" and a.value is not None}
+        self.sym = symbolize(var, consts)
         self.names: dict[Any, str] = {}
         self.steps: list[Step] = []
         self.kernels: list[KernelSpec] = []
