@@ -2,8 +2,8 @@
 
 The reference runs once under ``make_fx`` (``torch.fx.experimental.proxy_tensor``) on *fake* tensors
 (``FakeTensorMode``): no memory is allocated and no value is computed, so a problem of any size is captured on a
-small CPU. The workload used is the one whose var axes are most distinct from each other and from the const axes
-(so a number in the graph names one axis); every shape in the graph is concrete at that workload.
+small CPU. Every shape in a graph is concrete at its workload; captures at other workloads
+(:func:`other_workloads`) tell which integers follow which axis.
 """
 
 from __future__ import annotations
@@ -62,18 +62,27 @@ def _LineMode(filename: str):  # noqa: N802 - reads as the mode it makes
     return _line_mode(filename)
 
 
-def pick_workload(problem):
-    """The workload to capture at: var axes distinct from one another and from the const axes, not 1, then
-    the smallest (by the sum of its var axes)."""
-    consts = {a.value for a in problem.axes.values() if a.value is not None}
-
-    def score(w):
-        axes = problem.resolve_axes(w)
-        var = [axes[n] for n, a in problem.axes.items() if a.kind == "var" and n in axes]
-        clashes = len(var) - len(set(var)) + sum(1 for v in var if v in consts or v <= 1)
-        return (clashes, sum(var))
-
-    return min(problem.workloads, key=score)
+def other_workloads(problem, first, count: int = 2) -> list:
+    """Up to ``count`` more workloads to capture besides ``first``: each the one whose var axes take the most values
+    not seen yet (so every integer of the graph that follows an axis changes between captures)."""
+    var = [n for n, a in problem.axes.items() if a.kind == "var"]
+    seen = {n: {problem.resolve_axes(first).get(n)} for n in var}
+    out = []
+    for _ in range(count):
+        best, best_score = None, 0
+        for w in problem.workloads:
+            if w.uuid == first.uuid or w in out:
+                continue
+            axes = problem.resolve_axes(w)
+            score = sum(1 for n in var if axes.get(n) not in seen[n])
+            if score > best_score:
+                best, best_score = w, score
+        if best is None:
+            break
+        out.append(best)
+        for n in var:
+            seen[n].add(problem.resolve_axes(best).get(n))
+    return out
 
 
 def smallest_workload(problem):
@@ -87,7 +96,7 @@ def smallest_workload(problem):
 
 
 def capture(problem, workload=None) -> Capture:
-    """``make_fx`` of the problem's ``run`` on fake tensors at ``workload`` (default :func:`pick_workload`).
+    """``make_fx`` of the problem's ``run`` on fake tensors at ``workload`` (default: the smallest).
 
     Raises:
         InitError: the reference does not load, or does not trace (data-dependent control flow, an op fake
@@ -100,7 +109,7 @@ def capture(problem, workload=None) -> Capture:
 
     from ..problem import torch_dtype
 
-    workload = workload if workload is not None else pick_workload(problem)
+    workload = workload if workload is not None else smallest_workload(problem)
     axes = problem.resolve_axes(workload)
     try:
         module = problem.reference_module()

@@ -81,46 +81,45 @@ def _ref_line(node, problem_id: str) -> int | None:
     return int(line) if line else None
 
 
-def symbolize(values: Mapping[str, tuple[int, int]], consts: Mapping[str, int] | None = None):
-    """A function int, int → text: the axis expression that equals ``a`` at the first capture and ``b`` at the
-    second (``batch_size * seq_len``, ``2 * hidden``), or the number when they agree (a constant) or nothing fits.
+def symbolize(values: Mapping[str, tuple[int, ...]], consts: Mapping[str, int] | None = None):
+    """A function (int at each capture) → text: the axis expression that takes those values at the captured
+    workloads (``batch_size * seq_len``, ``2 * hidden``), or the number when they agree (a constant) or nothing fits.
 
     Args:
-        values: var axis name → (value at the first workload, value at the second).
+        values: var axis name → its value at each captured workload (the first: the one the graph is written at).
         consts: const axis name → value: a constant ≥ 16 that only one const axis has is written by its name.
     """
-    named = {}
+    named: dict[int, str | None] = {}
     for name, v in (consts or {}).items():
         if v >= 16:
             named[v] = None if v in named else name
     names = list(values)
-    cands = []
-    for n in names:
-        cands.append((n, values[n]))
-    for n in names:
+    mul = lambda *xs: tuple(__import__("math").prod(t) for t in zip(*xs))  # noqa: E731
+    cands = [(n, values[n]) for n in names]
+    singles = len(cands)
+    for i, n in enumerate(names):
+        for m in names[i + 1:]:
+            cands.append((f"{n} * {m}", mul(values[n], values[m])))
         for m in names:
-            if n < m:
-                cands.append((f"{n} * {m}", (values[n][0] * values[m][0], values[n][1] * values[m][1])))
             if n != m:
-                cands.append((f"({n} - {m})", (values[n][0] - values[m][0], values[n][1] - values[m][1])))
-    for n in names:
-        for m in names:
-            for o in names:
-                if n < m < o:
-                    v = values
-                    cands.append((f"{n} * {m} * {o}", (v[n][0] * v[m][0] * v[o][0], v[n][1] * v[m][1] * v[o][1])))
+                cands.append((f"({n} - {m})", tuple(x - y for x, y in zip(values[n], values[m]))))
+    for i, n in enumerate(names):
+        for j, m in enumerate(names[i + 1:], i + 1):
+            for o in names[j + 1:]:
+                cands.append((f"{n} * {m} * {o}", mul(values[n], values[m], values[o])))
 
-    def fn(a: int, b: int | None) -> str:
-        if b is None or a == b:
+    def fn(vals: tuple) -> str:
+        a = vals[0]
+        if len(set(vals)) == 1:
             return named.get(a) or str(a)
-        for text, (x, y) in cands:
-            if (x, y) == (a, b):
+        for text, c in cands:
+            if c == vals:
                 return text
-        for text, (x, y) in cands[:len(names)]:
-            if x and a % x == 0 and y * (a // x) == b:
-                return f"{a // x} * {text}"
-            if a and x % a == 0 and y % (x // a) == 0 and y // (x // a) == b:
-                return f"{text} // {x // a}"
+        for text, c in cands[:singles]:
+            if c[0] and a % c[0] == 0 and all(y * (a // c[0]) == v for y, v in zip(c, vals)):
+                return f"{a // c[0]} * {text}"
+            if a and c[0] % a == 0 and all(y % (c[0] // a) == 0 and y // (c[0] // a) == v for y, v in zip(c, vals)):
+                return f"{text} // {c[0] // a}"
         return str(a)
 
     return fn
@@ -169,17 +168,18 @@ class Translator:
         problem: the problem (input names, axes).
     """
 
-    def __init__(self, problem, cap: Capture, other: Capture | None):
+    def __init__(self, problem, cap: Capture, others: list[Capture]):
         self.problem = problem
         self.cap = cap
         nodes = list(cap.graph.graph.nodes)
-        self.pairs: dict[Any, Any] = {}
-        if other is not None:
-            onodes = list(other.graph.graph.nodes)
-            if len(onodes) == len(nodes) and all(a.target == b.target for a, b in zip(nodes, onodes)):
-                self.pairs = dict(zip(nodes, onodes))
-        var = {n: (cap.axes[n], other.axes[n]) for n, a in problem.axes.items()
-               if a.kind == "var" and other is not None and n in cap.axes and n in other.axes}
+        same = [o for o in others if len(list(o.graph.graph.nodes)) == len(nodes) and all(
+            a.target == b.target for a, b in zip(nodes, o.graph.graph.nodes))]
+        self.pairs: dict[Any, list] = {n: [] for n in nodes}
+        for o in same:
+            for n, m in zip(nodes, o.graph.graph.nodes):
+                self.pairs[n].append(m)
+        var = {n: (cap.axes[n], *(o.axes[n] for o in same)) for n, a in problem.axes.items()
+               if a.kind == "var" and n in cap.axes}
         consts = {n: a.value for n, a in problem.axes.items() if a.kind == "const" and a.value is not None}
         self.sym = symbolize(var, consts)
         self.names: dict[Any, str] = {}
@@ -190,8 +190,8 @@ class Translator:
 
     # --- values --------------------------------------------------------------------------------------
 
-    def fmt(self, a, b=None) -> str:
-        """Text of one argument ``a`` (``b``: the same argument in the other capture)."""
+    def fmt(self, a, b=()) -> str:
+        """Text of one argument ``a`` (``b``: the same argument in the other captures)."""
         import torch
 
         if isinstance(a, torch.fx.Node):
@@ -199,14 +199,15 @@ class Translator:
         if isinstance(a, bool) or a is None:
             return str(a)
         if isinstance(a, int):
-            return self.sym(a, b if isinstance(b, int) else None)
+            b = tuple(b) if isinstance(b, (list, tuple)) else ()
+            return self.sym((a, *b)) if all(isinstance(x, int) for x in b) else str(a)
         if isinstance(a, float):
             if a != a or abs(a) == float("inf"):
                 self._bad(f"the constant {a}")
             return repr(a)
         if isinstance(a, (list, tuple)):
-            bs = b if isinstance(b, (list, tuple)) and len(b) == len(a) else [None] * len(a)
-            return "[" + ", ".join(self.fmt(x, y) for x, y in zip(a, bs)) + "]"
+            bs = [o for o in b if isinstance(o, (list, tuple)) and len(o) == len(a)]
+            return "[" + ", ".join(self.fmt(x, [o[i] for o in bs]) for i, x in enumerate(a)) + "]"
         if isinstance(a, torch.dtype):
             name = _dtype_name(a)
             if name not in TORCH_CONSTANTS:
@@ -218,9 +219,8 @@ class Translator:
         raise InitError(f"{self.problem.id}: {what} has no spelling in a pipeline")
 
     def args(self, node, start: int = 0) -> list[str]:
-        other = self.pairs.get(node)
-        oargs = list(other.args) if other is not None else [None] * len(node.args)
-        return [self.fmt(a, b) for a, b in zip(list(node.args)[start:], oargs[start:])]
+        others = [list(o.args) for o in self.pairs.get(node, [])]
+        return [self.fmt(a, [o[i] for o in others if i < len(o)]) for i, a in enumerate(node.args) if i >= start]
 
     # --- nodes ---------------------------------------------------------------------------------------
 
@@ -270,13 +270,12 @@ class Translator:
             return self.emit(node, f"{a[0]}.{method}({', '.join(a[1:])})", "view")
         if packet in ("slice",):
             dim, start, end = (list(node.args[1:]) + [0, None, None])[:3]
-            o = self.pairs.get(node)
-            oa = list(o.args[1:]) + [0, None, None] if o is not None else [None] * 3
+            oas = [(list(o.args[1:]) + [0, None, None])[:3] for o in self.pairs.get(node, [])]
             size = _val(x).shape[dim if dim >= 0 else dim + _val(x).dim()]
             end = size if end is None or end > size else end
             idx = ":, " * (dim % _val(x).dim())
-            lo = "" if start == 0 else self.fmt(start, oa[1])
-            hi = "" if end == size else self.fmt(end, oa[2] if isinstance(oa[2], int) else None)
+            lo = "" if start == 0 else self.fmt(start, [o[1] for o in oas])
+            hi = "" if end == size else self.fmt(end, [o[2] for o in oas])
             return self.emit(node, f"{a[0]}[{idx}{lo}:{hi}]", "view")
         if packet == "select":
             idx = ":, " * (node.args[1] % _val(x).dim())

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import UcutError
-from .capture import InitError, capture, pick_workload, smallest_workload
+from .capture import InitError, capture, other_workloads, smallest_workload
 from .emit import program_text
 from .partition import Partition, Translator
 
@@ -45,21 +45,20 @@ def init_program(problem) -> InitResult:
     """The `.ucut` program ``init`` writes for ``problem``.
 
     The graph is captured at the smallest workload (its shapes are the ones checked) and again at the workload
-    :func:`~ucutlass.init.capture.pick_workload` picks, to tell constants from axes.
+    :func:`~ucutlass.init.capture.other_workloads` picks, to tell constants from axes.
 
     Raises:
         InitError: the reference does not capture, or an op has no kernel and no allowed torch step.
     """
     small = smallest_workload(problem)
     cap = capture(problem, small)
-    other_w = pick_workload(problem)
-    other = None
-    if other_w.uuid != small.uuid:
+    others = []
+    for w in other_workloads(problem, small):
         try:
-            other = capture(problem, other_w)
+            others.append(capture(problem, w))
         except InitError:
-            other = None
-    part = Translator(problem, cap, other).run()
+            continue
+    part = Translator(problem, cap, others).run()
     return InitResult(program_text(part, problem, problem.reference_source.splitlines()), part)
 
 
