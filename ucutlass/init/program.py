@@ -119,9 +119,10 @@ def check_program(text: str, problem, file: str = "init.ucut", timeout_s: float 
     return False, f"{r.status}: {(getattr(r, 'message', '') or '')[:300]}"
 
 
-def run_init(problem, output: str | None = None, check: bool = True, out=sys.stderr) -> int:
+def run_init(problem, output: str | None = None, check: bool = True, out=None) -> int:
     """The ``init`` command: write the program (to ``output`` or stdout), then check it. Returns the exit code
     (0 passed, 1 not written or the check failed)."""
+    out = out if out is not None else sys.stderr
     try:
         result = init_program(problem)
     except InitError as e:
