@@ -153,7 +153,7 @@ def _live(steps: list[Step], returns: list[str]) -> list[Step]:
     used = set(returns)
     out = []
     for step in reversed(steps):
-        if step.target in used:
+        if used & set(step.target.split(", ")):
             out.append(step)
             used |= set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", step.expr))
     return list(reversed(out))
@@ -262,6 +262,15 @@ class Translator:
         kw = node.kwargs
         if packet in MATMUL:
             return self.matmul(node, packet)
+        if packet in ("split", "split_with_sizes"):
+            parts = [self.fresh(f"{node.name}_{i}") for i in range(len(_val(node)))]
+            for i, name in enumerate(parts):
+                self.names[(node, i)] = name
+            self.names[node] = ", ".join(parts)
+            return self.emit(node, f"{a[0]}.split({', '.join(a[1:])})", "view")
+        if op == "getitem" and isinstance(x, type(node)) and (x, node.args[1]) in self.names:
+            self.names[node] = self.names[(x, node.args[1])]
+            return
         if packet in VIEW_METHODS:
             method = VIEW_METHODS[packet]
             if method is None:
@@ -347,6 +356,8 @@ class Translator:
                 getattr(b.target.overloadpacket, "__name__", "") == "transpose" and \
                 sorted(d % 3 for d in b.args[1:3]) == [1, 2] and _val(b.args[0]).is_contiguous():
             src, b_nk = b.args[0], True
+        transpose_b = dtype == "f32" and not b_nk  # tf32 needs both operands K-major (sm90.tf32-k-major)
+        b_nk = b_nk or transpose_b
         spec = KernelSpec("", batched, dtype, out, b_nk, bias)
         found = next((kk for kk in self.kernels if kk.key() == spec.key()), None)
         if found is None:
@@ -359,7 +370,7 @@ class Translator:
             text = self.fmt(x)
             return text if _val(x).is_contiguous() else f"{text}.contiguous()"
 
-        call = [operand(a), operand(src)]
+        call = [operand(a), f"{self.fmt(src)}.transpose(-2, -1).contiguous()" if transpose_b else operand(src)]
         if bias:
             call.append(f"bias={self.fmt(bias_node)}")
         self.kernel_flops += flops
