@@ -143,7 +143,7 @@ def capture(problem, workload=None) -> Capture:
             gm = make_fx(fn, tracing_mode="fake")(*fakes)
     except Exception as e:  # the reference is data; any failure is a message, never a traceback
         text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        data = any(w in text for w in ("data-dependent", "DataDependent", "item()", "nonzero", "Unbacked",
+        data = any(w in text for w in ("data-dependent", "DataDependent", "DynamicOutputShape", "item()", "nonzero", "Unbacked",
                                        "GuardOnDataDependent", "dynamic"))
         why = ("data-dependent control flow or shapes (the reference reads tensor values)" if data
                else "the reference does not trace on fake tensors")
