@@ -339,6 +339,8 @@ class Translator:
         batch = av.shape[0] if batched else 1
         flops = 2 * m * n * k * batch
         self.total_flops += flops
+        if k == 1 and not bias:  # an outer product (RoPE's inv_freq × positions): a broadcast multiply, exact
+            return self.emit(node, f"{self.fmt(a)} * {self.fmt(b)}", "torch")
         dtype = UCUT_DTYPES.get(_dtype_name(av.dtype))
         out = UCUT_DTYPES.get(_dtype_name(dv.dtype))
         if dtype is None or out is None or _dtype_name(bv.dtype) != _dtype_name(av.dtype) or dtype.startswith("f8"):

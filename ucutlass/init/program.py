@@ -44,22 +44,35 @@ class InitResult:
 def init_program(problem) -> InitResult:
     """The `.ucut` program ``init`` writes for ``problem``.
 
-    The graph is captured at the smallest workload (its shapes are the ones checked) and again at the workload
-    :func:`~ucutlass.init.capture.other_workloads` picks, to tell constants from axes.
+    The graph is captured at the smallest workload whose var axes are all ≥ 2 (:func:`_main_workload`) and again
+    at the smallest and at those :func:`~ucutlass.init.capture.other_workloads` picks, to tell constants from axes.
 
     Raises:
         InitError: the reference does not capture, or an op has no kernel and no allowed torch step.
     """
     small = smallest_workload(problem)
-    cap = capture(problem, small)
+    main = _main_workload(problem, small)
+    cap = capture(problem, main)
     others = []
-    for w in other_workloads(problem, small):
+    for w in ([small] if main is not small else []) + other_workloads(problem, main):
         try:
             others.append(capture(problem, w))
         except InitError:
             continue
     part = Translator(problem, cap, others).run()
     return InitResult(program_text(part, problem, problem.reference_source.splitlines()), part)
+
+
+def _main_workload(problem, small):
+    """The workload the graph is written at: the smallest whose var axes are all ≥ 2, else ``small`` (an extent
+    of 1 lets a reshape stay a view where other workloads copy: the graph would differ)."""
+    import math
+
+    var = [n for n, a in problem.axes.items() if a.kind == "var"]
+    ok = [w for w in problem.workloads if all(problem.resolve_axes(w).get(n, 2) >= 2 for n in var)]
+    if not ok or all(problem.resolve_axes(small).get(n, 2) >= 2 for n in var):
+        return small
+    return min(ok, key=lambda w: sum(math.prod(x) for x in problem.input_shapes(w).values() if x is not None))
 
 
 def check_program(text: str, problem, file: str = "init.ucut", timeout_s: float = 120.0) -> tuple[bool, str]:
@@ -116,7 +129,7 @@ def check_program(text: str, problem, file: str = "init.ucut", timeout_s: float 
     if not bad:
         return True, "PASSED"
     r = bad[0]
-    return False, f"{r.status}: {(getattr(r, 'message', '') or '')[:300]}"
+    return False, f"{getattr(r.status, 'value', r.status)}: {(r.reason or '')[:300]}"
 
 
 def run_init(problem, output: str | None = None, check: bool = True, out=None) -> int:
