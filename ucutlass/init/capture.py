@@ -14,6 +14,10 @@ from typing import Any, Mapping
 from ..errors import UcutError
 
 
+#: The value a float scalar input without a workload value traces as (then written by its name, not a number).
+SENTINEL = 0.0123456789
+
+
 class InitError(UcutError):
     """``ucutlass init`` cannot write or check a program; the message names the part and why."""
 
@@ -123,8 +127,8 @@ def capture(problem, workload=None) -> Capture:
         shape = problem.shape(spec, axes)
         if shape is None:
             value = given.get(name)
-            if value is None:
-                value = 1e-6 if "float" in spec.dtype else 1
+            if value is None:  # made by a custom entry point: a float traces as a sentinel the emitter names
+                value = SENTINEL * (len(scalars) + 1) if "float" in spec.dtype else 1
             scalars[name] = value
             continue
         names.append(name)

@@ -202,6 +202,9 @@ class Translator:
             b = tuple(b) if isinstance(b, (list, tuple)) else ()
             return self.sym((a, *b)) if all(isinstance(x, int) for x in b) else str(a)
         if isinstance(a, float):
+            names = [n for n, v in self.cap.scalars.items() if isinstance(v, float) and v == a]
+            if len(names) == 1:
+                return names[0]
             if a != a or abs(a) == float("inf"):
                 self._bad(f"the constant {a}")
             return repr(a)
