@@ -78,3 +78,8 @@ def test_cli_init_writes_and_checks(tmp_path, capsys):
     assert "PASSED" in err and "100% of matmul FLOPs in kernels" in err
     assert main(["init", str(DATA / "tiny_no_lowering"), "--no-check"]) == 1
     assert "aten.argmax" in capsys.readouterr().err
+
+
+def test_a_scalar_the_entry_point_makes_is_written_by_name():
+    text = init_program(problem("tiny_scaled")).text
+    assert "mm * scaling" in text  # not the value it traced with
