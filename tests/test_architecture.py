@@ -29,6 +29,7 @@ STAGES = [
     ("ucutlass.runtime",),
     ("ucutlass.emulate",),  # beside the runtime: the same bound call, run as torch ops
     ("ucutlass.solution",),
+    ("ucutlass.init",),  # a program written from a problem's reference (issue 17): capture, partition, emit, check
     ("ucutlass.search",),
     ("ucutlass.agents",),  # for LLM agents: feedback documents, prompts, the MCP server (which runs the CLI)
     ("ucutlass.importers",),  # other benchmarks' files → problem folders (issue 17: KernelBench)

@@ -190,9 +190,15 @@ def test_tune_dry_run_shows_space_and_sol(capsys):
     assert format_time(0.00055) == "0.55 µs" and "T_SOL 7.32 µs" in out and " ms\n" not in out
 
 
-def test_tune_problem_without_spec(capsys, sol_execbench_dir):
-    rc, _, err = run(capsys, "tune", "FlashInfer-Bench_007_gemm_n4096_k4096", "--problems", str(sol_execbench_dir))
-    assert rc == 1 and "--spec" in err
+def test_tune_problem_without_spec(capsys, sol_execbench_dir, tmp_path, monkeypatch):
+    # no kernel.ucut, no --spec: tune takes the program `ucutlass init` writes (issue 17), and says so
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    rc, _, err = run(capsys, "tune", "FlashInfer-Bench_007_gemm_n4096_k4096", "--problems", str(sol_execbench_dir),
+                     "--out", str(tmp_path))
+    assert "the program `ucutlass init` wrote" in err and (tmp_path / "init.ucut").is_file()
+    assert rc == 2 and "needs a CUDA GPU" in err  # this machine has none
 
 
 def test_unknown_problem_suggests_close_ids(capsys):

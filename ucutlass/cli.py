@@ -685,8 +685,7 @@ def cmd_tune(args) -> int:
     problem = find_problem(args.problem, args.problems)
     spec = Path(args.spec) if args.spec else problem.spec_path
     if spec is None:
-        raise UcutError(f"problem {problem.id} ships no kernel.ucut: write a spec and pass --spec FILE "
-                        "(see docs/DSL.md and the kernel.ucut of a shipped problem)")
+        spec = _init_spec(problem, Path(args.out) if args.out else Path("ucutlass-tune") / problem.id)
     program = _load_program(str(spec))
     if program.pipelines:  # one study per kernel it calls, the whole pipeline graded (search/pipeline_cli.py)
         from .agents.feedback import pipeline_tune_document
@@ -754,6 +753,34 @@ def cmd_tune(args) -> int:
     for name, path in paths.items():
         print(f"{name:>6}: {path}")
     return 0
+
+
+# --- init ----------------------------------------------------------------------------------------------
+
+def cmd_init(args) -> int:
+    from .init import run_init
+    from .problem import find_problem
+
+    problem = find_problem(args.problem, args.problems)
+    return run_init(problem, args.output, check=not args.no_check)
+
+
+def _init_spec(problem, out_dir: Path) -> Path:
+    """``tune PROBLEM`` without a kernel.ucut or --spec: the program ``ucutlass init`` writes, saved as
+    OUT/init.ucut (issue 17); says so."""
+    from .init import InitError, init_program
+
+    try:
+        result = init_program(problem)
+    except InitError as e:
+        raise UcutError(f"problem {problem.id} ships no kernel.ucut and init cannot write one ({e}); write a spec "
+                        "and pass --spec FILE (see docs/DSL.md)") from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "init.ucut"
+    path.write_text(result.text)
+    print(f"no kernel.ucut and no --spec: tuning the program `ucutlass init` wrote ({result.summary()}): {path}",
+          file=sys.stderr)
+    return path
 
 
 # --- agents ------------------------------------------------------------------------------------------
@@ -966,6 +993,14 @@ def build_parser() -> argparse.ArgumentParser:
     _timeout_arg(p)
     _problems_arg(p)
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("init", help="write a .ucut program from a problem's reference (kernels + torch steps) and "
+                       "check it with the emulated grade on the smallest workload")
+    p.add_argument("problem")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the program here (default: stdout)")
+    p.add_argument("--no-check", action="store_true", help="do not grade it (emulated) after writing it")
+    _problems_arg(p)
+    p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("prompt", help="a task prompt for an LLM agent: the card's sections for the problem, the "
                        "problem, T_SOL, a starting program, the feedback format (its token count on stderr)")

@@ -1,0 +1,155 @@
+"""Capture a problem's reference ``run()`` as an aten graph (issue 17, item 1).
+
+The reference runs once under ``make_fx`` (``torch.fx.experimental.proxy_tensor``) on *fake* tensors
+(``FakeTensorMode``): no memory is allocated and no value is computed, so a problem of any size is captured on a
+small CPU. Every shape in a graph is concrete at its workload; captures at other workloads
+(:func:`other_workloads`) tell which integers follow which axis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..errors import UcutError
+
+
+#: The value a float scalar input without a workload value traces as (then written by its name, not a number).
+SENTINEL = 0.0123456789
+
+
+class InitError(UcutError):
+    """``ucutlass init`` cannot write or check a program; the message names the part and why."""
+
+
+@dataclass
+class Capture:
+    """One reference captured as an aten graph.
+
+    Attributes:
+        graph: the ``torch.fx.GraphModule`` made by ``make_fx`` (placeholders in the problem's input order).
+        inputs: the problem's input names, in order (the graph's placeholders).
+        workload: the workload whose shapes the graph holds.
+        axes: that workload's resolved axes (name → int).
+        scalars: the scalar inputs given as Python values (baked into the graph as constants).
+    """
+
+    graph: Any
+    inputs: tuple[str, ...]
+    workload: Any
+    axes: Mapping[str, int]
+    scalars: Mapping[str, Any]
+
+
+def _line_mode(filename: str):
+    """A TorchFunctionMode that tags each node made under a torch call with the reference's line
+    (``node.meta["custom"]["ref_line"]``, through ``torch.fx.traceback.annotate``)."""
+    import sys
+
+    from torch.fx import traceback as fx_traceback
+    from torch.overrides import TorchFunctionMode
+
+    class LineMode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename != filename:
+                frame = frame.f_back
+            if frame is None:
+                return func(*args, **(kwargs or {}))
+            with fx_traceback.annotate({"ref_line": frame.f_lineno}):
+                return func(*args, **(kwargs or {}))
+
+    return LineMode()
+
+
+def _LineMode(filename: str):  # noqa: N802 - reads as the mode it makes
+    return _line_mode(filename)
+
+
+def other_workloads(problem, first, count: int = 2) -> list:
+    """Up to ``count`` more workloads to capture besides ``first``: each the one whose var axes take the most values
+    not seen yet (so every integer of the graph that follows an axis changes between captures)."""
+    var = [n for n, a in problem.axes.items() if a.kind == "var"]
+    seen = {n: {problem.resolve_axes(first).get(n)} for n in var}
+    out = []
+    for _ in range(count):
+        best, best_score = None, 0
+        for w in problem.workloads:
+            if w.uuid == first.uuid or w in out:
+                continue
+            axes = problem.resolve_axes(w)
+            score = sum(1 for n in var if axes.get(n) not in seen[n])
+            if score > best_score:
+                best, best_score = w, score
+        if best is None:
+            break
+        out.append(best)
+        for n in var:
+            seen[n].add(problem.resolve_axes(best).get(n))
+    return out
+
+
+def smallest_workload(problem):
+    """The workload with the fewest input elements (the one ``init`` grades on)."""
+    import math
+
+    def size(w):
+        return sum(math.prod(s) for s in problem.input_shapes(w).values() if s is not None)
+
+    return min(problem.workloads, key=size)
+
+
+def capture(problem, workload=None) -> Capture:
+    """``make_fx`` of the problem's ``run`` on fake tensors at ``workload`` (default: the smallest).
+
+    Raises:
+        InitError: the reference does not load, or does not trace (data-dependent control flow, an op fake
+            tensors cannot run): the message names the exception and says so.
+    """
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx import traceback as fx_traceback
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ..problem import torch_dtype
+
+    workload = workload if workload is not None else smallest_workload(problem)
+    axes = problem.resolve_axes(workload)
+    try:
+        module = problem.reference_module()
+    except UcutError as e:
+        raise InitError(f"{problem.id}: the reference does not load: {e}") from None
+    given = workload.scalar_inputs()
+    names, scalars = [], {}
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = []
+    for name, spec in problem.inputs.items():
+        shape = problem.shape(spec, axes)
+        if shape is None:
+            value = given.get(name)
+            if value is None:  # made by a custom entry point: a float traces as a sentinel the emitter names
+                value = SENTINEL * (len(scalars) + 1) if "float" in spec.dtype else 1
+            scalars[name] = value
+            continue
+        names.append(name)
+        with mode:
+            fakes.append(torch.empty(shape, dtype=torch_dtype(spec.dtype)))
+
+    order = list(problem.inputs)
+
+    def fn(*tensors):
+        it = iter(tensors)
+        args = [scalars[n] if n in scalars else next(it) for n in order]
+        return module.run(*args)
+
+    try:
+        with torch.no_grad(), fx_traceback.preserve_node_meta(), _LineMode(f"<{problem.id} reference>"):
+            gm = make_fx(fn, tracing_mode="fake")(*fakes)
+    except Exception as e:  # the reference is data; any failure is a message, never a traceback
+        text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        data = any(w in text for w in ("data-dependent", "DataDependent", "DynamicOutputShape", "item()", "nonzero", "Unbacked",
+                                       "GuardOnDataDependent", "dynamic"))
+        why = ("data-dependent control flow or shapes (the reference reads tensor values)" if data
+               else "the reference does not trace on fake tensors")
+        raise InitError(f"{problem.id}: cannot capture run(): {why}: {text[:300]}") from None
+    return Capture(gm, tuple(names), workload, axes, scalars)

@@ -1,0 +1,103 @@
+"""Write a partition as readable `.ucut` text (issue 17, item 3): the kernels, each with a default search space
+sized to its shapes, then the pipeline wiring them to the problem's tensors, each step commented with the
+reference line it comes from.
+
+A problem that is exactly one matmul whose operands and output are the problem's own tensors is written as one
+kernel bound with ``<-`` / ``->`` (no pipeline): ``ucutlass tune`` searches such a program directly.
+"""
+
+from __future__ import annotations
+
+from .partition import KernelSpec, Partition
+
+#: tile K per element type: 64·… bytes along K (docs/DSL.md, sm90.tile-k: K × element bytes is 64, 128 or 256).
+TILE_K = {"bf16": 64, "f16": 64, "f32": 32, "f8e4m3": 128, "f8e5m2": 128}
+
+
+def search_space(spec: KernelSpec) -> list[str]:
+    """Settings lines of a kernel's default search space: tiles whose M and N fit the largest captured M and N
+    (no 256-wide tile for N ≤ 128; a 64-row pingpong tile for small M), both sm90 schedules, clusters 1 and 2 along
+    M when there are enough row tiles, stream-K where the output has few tiles."""
+    k = TILE_K[spec.dtype]
+    m = max(s[0] for s in spec.shapes)
+    n = max(s[1] for s in spec.shapes)
+    tiles = [f"128x128x{k}"]
+    if n > 128 and spec.dtype != "f32":
+        tiles.append(f"128x256x{k}")
+    tiles.append(f"64x128x{k}")
+    if n <= 64:
+        tiles.append(f"128x64x{k}")
+    lines = [f"tile = {{{', '.join(tiles)}}}", "schedule = {cooperative, pingpong}"]
+    if m >= 256 and not spec.batched:
+        lines.append("cluster = {1x1x1, 2x1x1}")
+    tiles_out = ((m + 127) // 128) * ((n + 127) // 128)
+    if tiles_out < 132:  # fewer output tiles than an H200 has SMs: split the K loop too
+        lines.append("scheduler = {persistent, stream_k}")
+    return lines
+
+
+def kernel_text(spec: KernelSpec, bindings: dict[str, str] | None = None) -> str:
+    """One ``kernel NAME : gemm { … }`` block; ``bindings`` (operand → ``<- x`` / ``-> y``) binds it directly."""
+    bindings = bindings or {}
+    lead = "B, " if spec.batched else ""
+    bdims = "N, K" if spec.b_nk else "K, N"
+    body = [f"a : {spec.dtype}[{lead}M, K] row{bindings.get('a', '')}",
+            f"b : {spec.dtype}[{lead}{bdims}] row{bindings.get('b', '')}",
+            f"d : {spec.out}[{lead}M, N] row{bindings.get('d', '')}"]
+    shapes = ", ".join(f"{m}x{n}x{k}" for m, n, k in dict.fromkeys(spec.shapes))
+    lines = [f"# M x N x K at the captured workload: {shapes}", f"kernel {spec.name} : gemm {{",
+             "  " + "   ".join(body)]
+    lines += ["  " + line for line in search_space(spec)]
+    if spec.bias:
+        dt = spec.out
+        lines.append(f"  epilogue {{ bias : {dt}[{lead}N]   d = acc + bias }}" if not spec.batched else
+                     f"  epilogue {{ bias : {dt}[N]   d = acc + bias }}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def direct_program(part: Partition, problem) -> str | None:
+    """The one-kernel program with bindings, when the partition is one kernel call on the problem's tensors that
+    returns the problem's only output (else None)."""
+    calls = [s for s in part.steps if s.kind == "kernel"]
+    if len(part.steps) != 1 or len(calls) != 1 or len(part.returns) != 1 or len(problem.outputs) != 1:
+        return None
+    step = calls[0]
+    if part.returns[0] != step.target or part.kernels[0].bias:
+        return None
+    args = step.expr[step.expr.index("(") + 1:-1].split(", ")
+    if len(args) != 2 or not all(a in problem.inputs for a in args):
+        return None
+    out = next(iter(problem.outputs))
+    spec = part.kernels[0]
+    return kernel_text(spec, {"a": f" <- {args[0]}", "b": f" <- {args[1]}", "d": f" -> {out}"}) + "\n"
+
+
+def program_text(part: Partition, problem, reference_lines: list[str]) -> str:
+    """The `.ucut` text of a partition: a header, the kernels, the pipeline (or one directly bound kernel)."""
+    n_kernel = sum(1 for s in part.steps if s.kind == "kernel")
+    n_torch = sum(1 for s in part.steps if s.kind == "torch")
+    share = part.kernel_flops / part.total_flops if part.total_flops else 0.0
+    head = [f"# Written by `ucutlass init {problem.id}` from the reference's aten graph (make_fx, fake tensors).",
+            f"# {n_kernel} kernel call(s), {n_torch} torch step(s); "
+            f"{share:.0%} of the reference's matmul FLOPs run in kernels."]
+    direct = direct_program(part, problem)
+    if direct is not None:
+        return "\n".join(head) + "\n" + direct
+    body = [kernel_text(k) for k in part.kernels]
+    pipe = [f"pipeline {_ident(problem.id)} {{"]
+    last = None
+    for step in part.steps:
+        line = f"  {step.target} = {step.expr}"
+        if step.line is not None and step.line != last and 0 < step.line <= len(reference_lines):
+            line += f"   # line {step.line}: {reference_lines[step.line - 1].strip()[:80]}"
+        last = step.line
+        pipe.append(line)
+    pipe.append(f"  return {', '.join(part.returns)}")
+    pipe.append("}")
+    return "\n".join(head + body + pipe) + "\n"
+
+
+def _ident(text: str) -> str:
+    out = "".join(c if c.isalnum() else "_" for c in text)
+    return out if not out[0].isdigit() else "p_" + out

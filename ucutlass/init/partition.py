@@ -1,0 +1,391 @@
+"""Partition a captured aten graph into pipeline steps (issue 17, item 2).
+
+Matmul-family nodes (``mm``, ``addmm``, ``bmm``, ``baddbmm``) become calls of ``gemm`` kernels (batched for ``bmm``);
+an ``nn.Linear`` weight read through ``.t()`` binds as ``b : [N, K] row`` (no copy); views become tensor views;
+every other node becomes a torch step from the allow-list (:mod:`ucutlass.ir.torch_ops`) or, when it has none,
+:class:`~ucutlass.init.capture.InitError` names the op. Integers in the graph (view shapes, slice bounds) are
+written as axis expressions when a second capture at another workload shows which axis they follow
+(:func:`symbolize`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .capture import Capture, InitError
+
+#: torch dtype name → `.ucut` dtype spelling, and → the pipeline's constant.
+UCUT_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float8_e4m3fn": "f8e4m3",
+               "float8_e5m2": "f8e5m2"}
+TORCH_CONSTANTS = {"bfloat16": "torch.bfloat16", "float16": "torch.float16", "float32": "torch.float32",
+                   "int32": "torch.int32", "int64": "torch.int64", "bool": "torch.bool"}
+
+
+@dataclass
+class KernelSpec:
+    """One gemm kernel the program declares.
+
+    Attributes:
+        name: its name in the file; ``batched``: operands carry a batch dim ``B`` (``bmm``).
+        dtype: a and b element type (`.ucut` spelling); ``out``: d's; ``b_nk``: b declared ``[N, K]`` (a Linear
+            weight), else ``[K, N]``; ``bias``: an ``[N]`` bias in the epilogue (``addmm``).
+        shapes: (M, N, K) at the captured workload (sizes the search space); ``flops``: 2·M·N·K·batch per call.
+    """
+
+    name: str
+    batched: bool
+    dtype: str
+    out: str
+    b_nk: bool
+    bias: bool = False
+    shapes: list = field(default_factory=list)
+
+    def key(self) -> tuple:
+        return (self.batched, self.dtype, self.out, self.b_nk, self.bias)
+
+
+@dataclass
+class Step:
+    """One pipeline step: ``target = expr`` (kind ``kernel``, ``torch`` or ``view``); ``line``: the reference's
+    line it comes from (None: unknown)."""
+
+    target: str
+    expr: str
+    kind: str
+    line: int | None = None
+
+
+@dataclass
+class Partition:
+    """The steps, the kernels, the outputs returned, and the matmul/attention FLOPs inside kernels and in all."""
+
+    steps: list[Step]
+    kernels: list[KernelSpec]
+    returns: list[str]
+    kernel_flops: int = 0
+    total_flops: int = 0
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _val(node):
+    return node.meta.get("val") if hasattr(node, "meta") else None
+
+
+def _ref_line(node, problem_id: str) -> int | None:
+    line = (node.meta.get("custom") or {}).get("ref_line")
+    return int(line) if line else None
+
+
+def symbolize(values: Mapping[str, tuple[int, ...]], consts: Mapping[str, int] | None = None):
+    """A function (int at each capture) → text: the axis expression that takes those values at the captured
+    workloads (``batch_size * seq_len``, ``2 * hidden``), or the number when they agree (a constant) or nothing fits.
+
+    Args:
+        values: var axis name → its value at each captured workload (the first: the one the graph is written at).
+        consts: const axis name → value: a constant ≥ 16 that only one const axis has is written by its name.
+    """
+    named: dict[int, str | None] = {}
+    for name, v in (consts or {}).items():
+        if v >= 16:
+            named[v] = None if v in named else name
+    names = list(values)
+    mul = lambda *xs: tuple(__import__("math").prod(t) for t in zip(*xs))  # noqa: E731
+    cands = [(n, values[n]) for n in names]
+    singles = len(cands)
+    for i, n in enumerate(names):
+        for m in names[i + 1:]:
+            cands.append((f"{n} * {m}", mul(values[n], values[m])))
+        for m in names:
+            if n != m:
+                cands.append((f"({n} - {m})", tuple(x - y for x, y in zip(values[n], values[m]))))
+    for i, n in enumerate(names):
+        for j, m in enumerate(names[i + 1:], i + 1):
+            for o in names[j + 1:]:
+                cands.append((f"{n} * {m} * {o}", mul(values[n], values[m], values[o])))
+
+    def fn(vals: tuple) -> str:
+        a = vals[0]
+        if len(set(vals)) == 1:
+            return named.get(a) or str(a)
+        for text, c in cands:
+            if c == vals:
+                return text
+        for text, c in cands[:singles]:
+            if c[0] and a % c[0] == 0 and all(y * (a // c[0]) == v for y, v in zip(c, vals)):
+                return f"{a // c[0]} * {text}"
+            if a and c[0] % a == 0 and all(y % (c[0] // a) == 0 and y // (c[0] // a) == v for y, v in zip(c, vals)):
+                return f"{text} // {c[0] // a}"
+        return str(a)
+
+    return fn
+
+
+#: aten op name (``overloadpacket`` name) → tensor method written ``x.NAME(args…)`` (views).
+VIEW_METHODS = {"view": "reshape", "_unsafe_view": "reshape", "reshape": "reshape", "permute": "permute",
+                "transpose": "transpose", "t": "t", "unsqueeze": "unsqueeze", "squeeze": "squeeze",
+                "expand": "expand", "narrow": "narrow", "alias": None, "detach": None, "lift_fresh_copy": None}
+#: aten op → (operator) for ``a OP b``.
+OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floor_divide": "//", "remainder": "%"}
+#: aten op → torch function written ``FUNC(x, args…)``.
+FUNCTIONS = {"relu": "F.relu", "silu": "F.silu", "sigmoid": "torch.sigmoid", "tanh": "torch.tanh",
+             "exp": "torch.exp", "log": "torch.log", "abs": "torch.abs", "neg": "torch.neg", "rsqrt": "torch.rsqrt",
+             "sqrt": "torch.sqrt", "erf": "torch.erf", "sin": "torch.sin", "cos": "torch.cos",
+             "maximum": "torch.maximum", "minimum": "torch.minimum", "where": "torch.where",
+             "clamp": "torch.clamp", "pow": "torch.pow", "square": "torch.square", "cat": "torch.cat",
+             "stack": "torch.stack", "mean": "torch.mean", "sum": "torch.sum", "amax": "torch.amax",
+             "amin": "torch.amin", "cumsum": "torch.cumsum", "gather": "torch.gather",
+             "index_select": "torch.index_select", "softplus": "F.softplus", "constant_pad_nd": "F.pad"}
+MATMUL = {"mm", "addmm", "bmm", "baddbmm"}
+
+
+#: Words a step may not be named (keywords, roots of dotted names).
+RESERVED = {"kernel", "when", "epilogue", "pipeline", "return", "row", "col", "auto", "acc", "c", "torch", "F",
+            "True", "False", "None"}
+
+
+def _live(steps: list[Step], returns: list[str]) -> list[Step]:
+    """The steps whose result is used by a later step or returned (a ``.t()`` bound as a kernel's b is not)."""
+    used = set(returns)
+    out = []
+    for step in reversed(steps):
+        if used & set(step.target.split(", ")):
+            out.append(step)
+            used |= set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", step.expr))
+    return list(reversed(out))
+
+
+class Translator:
+    """Walks one capture's nodes in order and writes a step per node (see the module's docstring).
+
+    Args:
+        cap: the capture whose shapes the check grades; ``other``: a capture at another workload, node for node
+            the same ops, whose integers tell constants from axes (None: every integer stays a number).
+        problem: the problem (input names, axes).
+    """
+
+    def __init__(self, problem, cap: Capture, others: list[Capture]):
+        self.problem = problem
+        self.cap = cap
+        nodes = list(cap.graph.graph.nodes)
+        same = [o for o in others if len(list(o.graph.graph.nodes)) == len(nodes) and all(
+            a.target == b.target for a, b in zip(nodes, o.graph.graph.nodes))]
+        self.pairs: dict[Any, list] = {n: [] for n in nodes}
+        for o in same:
+            for n, m in zip(nodes, o.graph.graph.nodes):
+                self.pairs[n].append(m)
+        var = {n: (cap.axes[n], *(o.axes[n] for o in same)) for n, a in problem.axes.items()
+               if a.kind == "var" and n in cap.axes}
+        consts = {n: a.value for n, a in problem.axes.items() if a.kind == "const" and a.value is not None}
+        self.sym = symbolize(var, consts)
+        self.names: dict[Any, str] = {}
+        self.steps: list[Step] = []
+        self.kernels: list[KernelSpec] = []
+        self.kernel_flops = 0
+        self.total_flops = 0
+
+    # --- values --------------------------------------------------------------------------------------
+
+    def fmt(self, a, b=()) -> str:
+        """Text of one argument ``a`` (``b``: the same argument in the other captures)."""
+        import torch
+
+        if isinstance(a, torch.fx.Node):
+            return self.names[a]
+        if isinstance(a, bool) or a is None:
+            return str(a)
+        if isinstance(a, int):
+            b = tuple(b) if isinstance(b, (list, tuple)) else ()
+            return self.sym((a, *b)) if all(isinstance(x, int) for x in b) else str(a)
+        if isinstance(a, float):
+            names = [n for n, v in self.cap.scalars.items() if isinstance(v, float) and v == a]
+            if len(names) == 1:
+                return names[0]
+            if a != a or abs(a) == float("inf"):
+                self._bad(f"the constant {a}")
+            return repr(a)
+        if isinstance(a, (list, tuple)):
+            bs = [o for o in b if isinstance(o, (list, tuple)) and len(o) == len(a)]
+            return "[" + ", ".join(self.fmt(x, [o[i] for o in bs]) for i, x in enumerate(a)) + "]"
+        if isinstance(a, torch.dtype):
+            name = _dtype_name(a)
+            if name not in TORCH_CONSTANTS:
+                self._bad(f"the dtype {name}")
+            return TORCH_CONSTANTS[name]
+        self._bad(f"the argument {a!r}")
+
+    def _bad(self, what: str):
+        raise InitError(f"{self.problem.id}: {what} has no spelling in a pipeline")
+
+    def args(self, node, start: int = 0) -> list[str]:
+        others = [list(o.args) for o in self.pairs.get(node, [])]
+        return [self.fmt(a, [o[i] for o in others if i < len(o)]) for i, a in enumerate(node.args) if i >= start]
+
+    # --- nodes ---------------------------------------------------------------------------------------
+
+    def run(self) -> Partition:
+        placeholders = iter(self.cap.inputs)
+        returns: list[str] = []
+        for node in self.cap.graph.graph.nodes:
+            if node.op == "placeholder":
+                self.names[node] = next(placeholders)
+            elif node.op == "output":
+                outs = node.args[0]
+                outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+                returns = [self.fmt(o) for o in outs]
+            elif node.op == "call_function":
+                self.names[node] = self.fresh(node.name)
+                self.node(node)
+            else:
+                raise InitError(f"{self.problem.id}: the graph has a {node.op} node ({node.target})")
+        return Partition(_live(self.steps, returns), self.kernels, returns, self.kernel_flops, self.total_flops)
+
+    def fresh(self, name: str) -> str:
+        """A step name: the node's, without leading ``_``, renamed where it is a problem input, an axis, a
+        keyword or a name already taken."""
+        base = name.lstrip("_") or "v"
+        taken = set(self.names.values()) | set(self.problem.inputs) | set(self.problem.axes) | RESERVED
+        out, i = base, 1
+        while out in taken:
+            out, i = f"{base}_{i}", i + 1
+        return out
+
+    def emit(self, node, expr: str, kind: str) -> None:
+        self.steps.append(Step(self.names[node], expr, kind, _ref_line(node, self.problem.id)))
+
+    def node(self, node) -> None:
+        op = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+        packet = getattr(getattr(node.target, "overloadpacket", None), "__name__", op)
+        x = node.args[0] if node.args else None
+        a = self.args(node)
+        kw = node.kwargs
+        if packet in MATMUL:
+            return self.matmul(node, packet)
+        if packet in ("split", "split_with_sizes"):
+            parts = [self.fresh(f"{node.name}_{i}") for i in range(len(_val(node)))]
+            for i, name in enumerate(parts):
+                self.names[(node, i)] = name
+            self.names[node] = ", ".join(parts)
+            return self.emit(node, f"{a[0]}.split({', '.join(a[1:])})", "view")
+        if op == "getitem" and isinstance(x, type(node)) and (x, node.args[1]) in self.names:
+            self.names[node] = self.names[(x, node.args[1])]
+            return
+        if packet in VIEW_METHODS:
+            method = VIEW_METHODS[packet]
+            if method is None:
+                self.names[node] = self.names[x]
+                return
+            return self.emit(node, f"{a[0]}.{method}({', '.join(a[1:])})", "view")
+        if packet in ("slice",):
+            dim, start, end = (list(node.args[1:]) + [0, None, None])[:3]
+            oas = [(list(o.args[1:]) + [0, None, None])[:3] for o in self.pairs.get(node, [])]
+            size = _val(x).shape[dim if dim >= 0 else dim + _val(x).dim()]
+            end = size if end is None or end > size else end
+            idx = ":, " * (dim % _val(x).dim())
+            lo = "" if start == 0 else self.fmt(start, [o[1] for o in oas])
+            hi = "" if end == size else self.fmt(end, [o[2] for o in oas])
+            return self.emit(node, f"{a[0]}[{idx}{lo}:{hi}]", "view")
+        if packet == "select":
+            idx = ":, " * (node.args[1] % _val(x).dim())
+            return self.emit(node, f"{a[0]}[{idx}{a[2]}]", "view")
+        if packet in ("clone", "contiguous"):
+            return self.emit(node, f"{a[0]}.contiguous()", "torch")
+        if packet in ("_to_copy", "to"):
+            dtype = kw.get("dtype")
+            if dtype is None:
+                return self.emit(node, f"{a[0]}.contiguous()", "torch")
+            return self.emit(node, f"{a[0]}.to({self.fmt(dtype)})", "torch")
+        if packet in OPERATORS:
+            if kw.get("alpha", 1) != 1 or kw.get("rounding_mode"):
+                self._unplaced(node, op)
+            return self.emit(node, f"{a[0]} {OPERATORS[packet]} {a[1]}", "torch")
+        if packet == "rsub":
+            return self.emit(node, f"{a[1]} - {a[0]}", "torch")
+        if packet == "gelu" and kw.get("approximate", "none") == "none":
+            return self.emit(node, f"F.gelu({a[0]})", "torch")
+        if packet in ("_softmax", "_log_softmax"):
+            fn = "torch.softmax" if packet == "_softmax" else "torch.log_softmax"
+            return self.emit(node, f"{fn}({a[0]}, {a[1]})", "torch")
+        if packet in ("mean", "sum", "amax", "amin") and len(node.args) >= 2:
+            keep = ", keepdim=True" if (len(node.args) > 2 and node.args[2]) or kw.get("keepdim") else ""
+            dtype = f", dtype={self.fmt(kw['dtype'])}" if kw.get("dtype") is not None else ""
+            return self.emit(node, f"{FUNCTIONS[packet]}({a[0]}, {a[1]}{keep}{dtype})", "torch")
+        if packet in FUNCTIONS:
+            extra = [f"{k}={self.fmt(v)}" for k, v in kw.items() if k not in ("memory_format",)]
+            return self.emit(node, f"{FUNCTIONS[packet]}({', '.join(a + extra)})", "torch")
+        self._unplaced(node, op)
+
+    def _unplaced(self, node, op: str):
+        line = _ref_line(node, self.problem.id)
+        where = f" (reference line {line})" if line else ""
+        raise InitError(f"{self.problem.id}: no kernel family and no allowed torch step for aten.{op}{where}: "
+                        "init cannot place it")
+
+    # --- matmuls -------------------------------------------------------------------------------------
+
+    def matmul(self, node, packet: str) -> None:
+        bias = packet in ("addmm", "baddbmm")
+        args = list(node.args)
+        if bias:
+            bias_node, args = args[0], args[1:]
+            if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+                self._unplaced(node, packet)
+        a, b = args[0], args[1]
+        av, bv, dv = _val(a), _val(b), _val(node)
+        batched = packet in ("bmm", "baddbmm")
+        m, k = av.shape[-2], av.shape[-1]
+        n = bv.shape[-1]
+        batch = av.shape[0] if batched else 1
+        flops = 2 * m * n * k * batch
+        self.total_flops += flops
+        if k == 1 and not bias:  # an outer product (RoPE's inv_freq × positions): a broadcast multiply, exact
+            return self.emit(node, f"{self.fmt(a)} * {self.fmt(b)}", "torch")
+        dtype = UCUT_DTYPES.get(_dtype_name(av.dtype))
+        out = UCUT_DTYPES.get(_dtype_name(dv.dtype))
+        if dtype is None or out is None or _dtype_name(bv.dtype) != _dtype_name(av.dtype) or dtype.startswith("f8"):
+            return self._torch_matmul(node, packet)
+        if bias and (_val(bias_node).dim() != 1 or _val(bias_node).dtype != dv.dtype):
+            return self._torch_matmul(node, packet)
+        # b read through .t() / .permute(1, 0) of a contiguous [N, K] tensor: bind that tensor, D = A·Bᵀ
+        src = b
+        b_nk = False
+        if (not batched and getattr(b, "op", None) == "call_function"
+                and getattr(b.target.overloadpacket, "__name__", "") in ("t", "permute", "transpose")
+                and _val(b.args[0]).is_contiguous()):
+            src, b_nk = b.args[0], True
+        elif batched and getattr(b, "op", None) == "call_function" and \
+                getattr(b.target.overloadpacket, "__name__", "") == "transpose" and \
+                sorted(d % 3 for d in b.args[1:3]) == [1, 2] and _val(b.args[0]).is_contiguous():
+            src, b_nk = b.args[0], True
+        transpose_b = dtype == "f32" and not b_nk  # tf32 needs both operands K-major (sm90.tf32-k-major)
+        b_nk = b_nk or transpose_b
+        spec = KernelSpec("", batched, dtype, out, b_nk, bias)
+        found = next((kk for kk in self.kernels if kk.key() == spec.key()), None)
+        if found is None:
+            spec.name = f"{'bmm' if batched else 'gemm'}{len(self.kernels)}"
+            self.kernels.append(spec)
+            found = spec
+        found.shapes.append((m, n, k))
+
+        def operand(x):
+            text = self.fmt(x)
+            return text if _val(x).is_contiguous() else f"{text}.contiguous()"
+
+        call = [operand(a), f"{self.fmt(src)}.transpose(-2, -1).contiguous()" if transpose_b else operand(src)]
+        if bias:
+            call.append(f"bias={self.fmt(bias_node)}")
+        self.kernel_flops += flops
+        self.emit(node, f"{found.name}({', '.join(call)})", "kernel")
+
+    def _torch_matmul(self, node, packet: str) -> None:
+        """A matmul no kernel family computes in its dtypes: left to torch (its FLOPs stay outside kernels)."""
+        a, b = _val(node.args[-2]), _val(node.args[-1])
+        line = _ref_line(node, self.problem.id)
+        where = f" (reference line {line})" if line else ""
+        raise InitError(f"{self.problem.id}: aten.{packet}{where} multiplies {_dtype_name(a.dtype)} by "
+                        f"{_dtype_name(b.dtype)} into {_dtype_name(_val(node).dtype)}: no kernel family has that "
+                        "precision, and a matmul is not an allowed torch step")
