@@ -444,3 +444,25 @@ def test_a_compiled_pipeline_replays_as_a_cuda_graph(kernel_cache, monkeypatch):
     monkeypatch.setenv("UCUTLASS_CUDA_GRAPHS", "0")
     fn(*sets[0].values(), *outs[0])
     assert fn.replays == 4
+
+
+def test_a_kernel_called_in_return_binds_and_runs():
+    """`return proj(...).view(...)`: the call is bound like a step's (check accepted it; binding raised a bare
+    KeyError before) and computes what the same call in a step computes."""
+    from ucutlass.lang import parse
+
+    path, pid = CPU_PIPELINES[0]
+    text = path.read_text()
+    inline = text.replace("  v = proj(hidden_states, v_weight, v_bias)\n", "").replace(
+        "         v.view(batch_size, seq_len, num_key_value_heads, head_dim)",
+        "         proj(hidden_states, v_weight, v_bias).view(batch_size, seq_len, num_key_value_heads, head_dim)")
+    assert inline.count("proj(hidden_states") == 3 and "  v = proj" not in inline
+    problem = _problem(pid)
+    program = parse(inline, "inline.ucut")
+    assert len(bind_pipeline(program, problem).kernel_calls()) == 3
+    w = _smallest(problem)
+    inputs = problem.make_inputs(w, seed=3)
+    got, want = ([torch.empty(s, dtype=torch.bfloat16) for s in problem.output_shapes(w).values()] for _ in "ab")
+    emulate_pipeline(program, problem)(*inputs.values(), *got)
+    emulate_pipeline(parse_file(path), problem)(*inputs.values(), *want)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))

@@ -63,8 +63,11 @@ class PipelineBinding:
         self.checking = True
         self.calls: dict[int, KernelCall] = {}
         kernels = {k.name: k for k in program.kernels}
-        for i, step in enumerate(pipeline.steps):
-            for c in _calls(step.value):
+        # A kernel called in `return` itself counts as a step after the last (what check accepts, a call runs).
+        values = [(i, step.value) for i, step in enumerate(pipeline.steps)]
+        values += [(len(pipeline.steps), v) for v in pipeline.returns]
+        for i, value in values:
+            for c in _calls(value):
                 if c.kind == "kernel":
                     kernel = kernels[c.target]
                     ins, outs = kernel_ports(kernel)
