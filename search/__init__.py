@@ -31,7 +31,11 @@ What works without a GPU:
   ucutlass compile FILE                generate CUTLASS C++ and compile it with nvcc (cached)
   ucutlass sol PROBLEM                 T_SOL per workload (FLOPs, bytes, bound)
   ucutlass tune PROBLEM --dry-run      the search space, legal configurations and tuned workloads
-  ucutlass grade SOLUTION.py PROBLEM   check a Python solution against the reference (CPU timing)"""
+  ucutlass grade SOLUTION.py PROBLEM   check a Python solution against the reference (CPU timing)
+  ucutlass grade FILE.ucut PROBLEM --emulate   what a program means, as torch ops (no nvcc, no GPU)
+  ucutlass init PROBLEM                a program written from the reference, checked emulated
+  ucutlass import kernelbench FILE.py  a KernelBench problem as a problem folder
+  ucutlass campaign --replay RECORDS   stop rules and budgets compared on recorded trials"""
 
 
 class NoGpuError(UcutError):

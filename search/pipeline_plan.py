@@ -111,9 +111,11 @@ class PipelinePlan:
         lines += self.binding.describe()
         for k in self.kernels:
             space = k.space
-            lines.append(f"kernel {k.name} (steps {', '.join(str(s + 1) for s in k.steps)}): {space.size} combinations"
-                         " of " + (", ".join(f"{key} ({len(c.options)})" for key, c in space.choices.items())
-                                   or "nothing") + f"; {len(k.legal)} legal over {len(k.extents)} distinct shapes")
+            opened = ", ".join(f"{key} ({len(c.options)})" for key, c in space.choices.items())
+            size = (f"{space.size} combination{'s' if space.size != 1 else ''} of {opened}" if opened
+                    else "no open choice")
+            lines.append(f"kernel {k.name} (steps {', '.join(str(s + 1) for s in k.steps)}): {size}; "
+                         f"{len(k.legal)} legal over {len(k.extents)} distinct shapes")
             for msg, n in sorted(k.rejected.items(), key=lambda kv: -kv[1]):
                 lines.append(f"    {n}×: {msg}")
             if not k.is_open:

@@ -333,3 +333,17 @@ def test_a_tuner_campaign_without_a_gpu_says_why_each_problem_stopped(tmp_path, 
     row = json.loads((out / "results.json").read_text())["problems"][0]
     assert row["stop_reason"].startswith("failed: ucutlass tune") and "CUDA GPU" in row["stop_reason"]
     assert row["trials"] == 0 and "CUDA GPU" in capsys.readouterr().err
+
+
+def test_replay_of_a_file_that_is_no_tune_says_which_and_why(tmp_path):
+    """Grade records (a JSON list, as `grade -o` writes) or broken JSON: a ValueError naming the file, no traceback
+    (a new user pointed --replay at a benchmarks folder)."""
+    from ucutlass.agents.campaign import load_records
+
+    (tmp_path / "grades").mkdir()
+    (tmp_path / "grades" / "results.json").write_text("[]")
+    with pytest.raises(ValueError, match=r"grades/results.json: not a tune's results.json"):
+        load_records([tmp_path / "grades"])
+    (tmp_path / "broken.json").write_text("{\n")
+    with pytest.raises(ValueError, match=r"broken.json: not a readable JSON file"):
+        load_records([tmp_path / "broken.json"])

@@ -393,8 +393,16 @@ def load_records(paths: Sequence[str | Path]) -> list[RecordedTune]:
     """
     tunes = []
     for p in map(Path, paths):
-        if p.is_file() or (p / "results.json").is_file() and json.loads(
-                (p / "results.json").read_text()).get("schema") != STATE_SCHEMA:
+        results = p if p.is_file() else p / "results.json"
+        if results.is_file():
+            try:
+                doc = json.loads(results.read_text())
+            except (OSError, ValueError) as e:
+                raise ValueError(f"{results}: not a readable JSON file ({e})") from None
+            if not isinstance(doc, dict):
+                raise ValueError(f"{results}: not a tune's results.json (a JSON object with its trials, as "
+                                 "`ucutlass tune` writes it); grade records cannot be replayed")
+        if p.is_file() or results.is_file() and doc.get("schema") != STATE_SCHEMA:
             tunes.append(RecordedTune.from_results(p))
             continue
         found = sorted(d for d in p.iterdir() if (d / "results.json").is_file()) if p.is_dir() else []

@@ -175,7 +175,7 @@ def probe(request: dict) -> dict:
     return {"ok": True, "globals": ints, "base": base, "perturbed": perturbed, "workloads": workloads,
             "translation": {"source": tr.source, "inputs": list(tr.inputs), "params": [list(p) for p in tr.params],
                             "modules": tr.modules},
-            "doc": inspect.getdoc(ns["Model"]) or "",
+            "doc": inspect.cleandoc(ns["Model"].__dict__.get("__doc__") or ""),  # not nn.Module's own
             "checked": _check(ns, ref, tr, shapes, ints, request.get("check_max_elements", 1 << 22))}
 
 
