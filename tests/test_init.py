@@ -83,3 +83,28 @@ def test_cli_init_writes_and_checks(tmp_path, capsys):
 def test_a_scalar_the_entry_point_makes_is_written_by_name():
     text = init_program(problem("tiny_scaled")).text
     assert "mm * scaling" in text  # not the value it traced with
+
+
+def test_an_fp32_gemm_is_written_with_3xtf32_and_passes_emulated(tmp_path):
+    """An fp32 reference: TF32 would fail the grader's accuracy check (a new user met it with an imported KernelBench
+    Linear), so init writes math = 3xtf32 with its own tiles; the program checks and passes emulated."""
+    import json
+    import shutil
+
+    from ucutlass.arch import check
+    from ucutlass.init.program import check_program
+
+    folder = tmp_path / "tiny_gemm_f32"
+    shutil.copytree(DATA / "tiny_gemm", folder)
+    d = json.loads((folder / "definition.json").read_text())
+    for spec in (*d["inputs"].values(), *d["outputs"].values()):
+        spec["dtype"] = "float32"
+    d["name"] = "tiny_gemm_f32"
+    (folder / "definition.json").write_text(json.dumps(d))
+    p = find_problem(str(folder))
+    text = init_program(p).text
+    assert "math = 3xtf32" in text and "schedule" not in text
+    program = parse(text, "init.ucut")
+    assert not [d for d in check(program.kernel()) if d.severity == "error"]  # every open tile legal for 3xTF32
+    ok, why = check_program(text, p)
+    assert ok, why

@@ -17,7 +17,12 @@ TILE_K = {"bf16": 64, "f16": 64, "f32": 32, "f8e4m3": 128, "f8e5m2": 128}
 def search_space(spec: KernelSpec) -> list[str]:
     """Settings lines of a kernel's default search space: tiles whose M and N fit the largest captured M and N
     (no 256-wide tile for N ≤ 128; a 64-row pingpong tile for small M), both sm90 schedules, clusters 1 and 2 along
-    M when there are enough row tiles, stream-K where the output has few tiles."""
+    M when there are enough row tiles, stream-K where the output has few tiles; for f32 operands 3xTF32 tiles."""
+    if spec.dtype == "f32":
+        # An fp32 reference: TF32 (the sm90 default) is ~2000x its error and fails the grader's accuracy check;
+        # 3xTF32 (SM80 mma.sync) is as accurate as fp32 and takes only its own tiles (arch/sm90_3xtf32.py: M, N in
+        # 64/128/256 over 4 or 8 warps, K 16 or 32) and no sm90 schedule, cluster or scheduler.
+        return ["math = 3xtf32", "tile = {128x128x32, 128x64x32, 64x128x32, 64x64x32}"]
     k = TILE_K[spec.dtype]
     m = max(s[0] for s in spec.shapes)
     n = max(s[1] for s in spec.shapes)
