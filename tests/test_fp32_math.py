@@ -273,3 +273,13 @@ def test_the_3xtf32_template_compiles_with_nvcc(tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_the_default_tile_is_refused_at_the_math_line_with_a_tile_to_write():
+    """`math = 3xtf32` alone: the default tile (K 64) cannot build; the error is at `math`, names the default and
+    a tile to write (a new user met it pointing at the kernel's name)."""
+    text = ("kernel proj : gemm {\n  a : f32[M, K] row   b : f32[N, K] row   d : f32[M, N] row\n"
+            "  math = 3xtf32\n}\n")
+    (d,) = [d for d in arch.check(parse(text, "m.ucut").kernel()) if d.code == "sm90.3xtf32-tile"]
+    assert (d.pos.line, d.pos.column) == (3, 10) and "the default tile 128x128x64" in d.message
+    assert "add tile = 128x128x32" in d.message and "128x128x32" in d.valid

@@ -224,9 +224,12 @@ def _check_tile(kernel: GemmKernel) -> list[Diagnostic]:
     first = ["128x128x16", "128x64x16", "64x64x16"]
     valid = first + [f"{m}x{n}x{k}" for m in TILE_MS for n in TILE_NS for k in TILE_KS
                      if _tile_ok((m, n, k)) and f"{m}x{n}x{k}" not in first]
-    return [_diag("sm90.3xtf32-tile", f"tile {_spell(kernel.tile)} with math = 3xtf32: the SM80 kernel tiles M and N "
+    written = bool(kernel.setting_pos and "tile" in kernel.setting_pos)
+    what = f"tile {_spell(kernel.tile)}" if written else \
+        f"the default tile {_spell(kernel.tile)} (no tile written: add tile = 128x128x32)"
+    return [_diag("sm90.3xtf32-tile", f"{what} with math = 3xtf32: the SM80 kernel tiles M and N "
                   f"in {', '.join(map(str, TILE_MS))} over 4 or 8 warps (at most 64x64 each) and K in 16 or 32 f32",
-                  _pos(kernel, "tile"), valid)]
+                  _pos(kernel, "tile" if written else "math"), valid)]
 
 
 def _check_stages(kernel: GemmKernel) -> list[Diagnostic]:
