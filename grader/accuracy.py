@@ -54,24 +54,71 @@ def unit_roundoff(dtype) -> float:
     return float(torch.finfo(dtype).eps) / 2.0
 
 
+def _rows(t):
+    """``t`` as [rows, row length]: its last dim when at least MIN_ROW long, else one row (a view when it can)."""
+    return t.reshape(-1, t.shape[-1]) if t.dim() and t.shape[-1] >= MIN_ROW else t.reshape(1, -1)
+
+
+def _blocks(rows: int, cols: int):
+    """``(r0, r1, c0, c1)`` blocks of at most :data:`.check.CHUNK_ELEMENTS` elements covering [rows, cols]."""
+    from .check import CHUNK_ELEMENTS
+
+    cb = max(1, min(cols, CHUNK_ELEMENTS))
+    rb = max(1, CHUNK_ELEMENTS // cb)
+    for r0 in range(0, rows, rb):
+        for c0 in range(0, cols, cb):
+            yield r0, min(r0 + rb, rows), c0, min(c0 + cb, cols)
+
+
+class _Scaled:
+    """The ground truth ``g`` as rows with their scale τ = row RMS / ROW_SCALE_DIVISOR (floored), computed block by
+    block; :meth:`errors` gives ``|x − g| / (|g| + τ)`` on one block as float64 (0 where ``g`` is not finite)."""
+
+    def __init__(self, g):
+        import torch
+
+        self.g2 = _rows(g.detach())
+        rows, cols = self.g2.shape
+        sumsq = torch.zeros(rows, 1, dtype=torch.float64, device=self.g2.device)
+        for r0, r1, c0, c1 in _blocks(rows, cols):
+            gz = self._finite(r0, r1, c0, c1)[1]
+            sumsq[r0:r1] += (gz * gz).sum(dim=-1, keepdim=True)
+        rms_row = (sumsq / max(cols, 1)).sqrt()
+        rms_all = float((sumsq.sum() / max(rows * cols, 1)).sqrt()) if rows * cols else 0.0
+        self.tau = torch.clamp(rms_row / ROW_SCALE_DIVISOR, min=max(rms_all * 2.0 ** -30, 1e-300))
+
+    def _finite(self, r0, r1, c0, c1):
+        import torch
+
+        g = self.g2[r0:r1, c0:c1].to(torch.float64)
+        finite = torch.isfinite(g)
+        return finite, torch.where(finite, g, torch.zeros((), dtype=torch.float64, device=g.device))
+
+    def blocks(self):
+        return _blocks(*self.g2.shape)
+
+    def errors(self, x, block):
+        """``x`` (same shape as ``g``) on ``block`` = (r0, r1, c0, c1): normalized errors, float64 [r1-r0, c1-c0]."""
+        import torch
+
+        r0, r1, c0, c1 = block
+        finite, gz = self._finite(r0, r1, c0, c1)
+        x2 = _rows(x.detach())[r0:r1, c0:c1].to(device=gz.device, dtype=torch.float64)
+        e = (x2 - gz).abs() / (gz.abs() + self.tau[r0:r1])
+        return torch.where(finite, e, torch.zeros((), dtype=torch.float64, device=e.device))
+
+
 def normalized_errors(x, g):
-    """``|x − g| / (|g| + τ)`` per element as float64 (0 where ``g`` is not finite), flattened."""
+    """``|x − g| / (|g| + τ)`` per element as float64 (0 where ``g`` is not finite), flattened; τ is the row's RMS
+    of ``g`` / ROW_SCALE_DIVISOR (rows: the last dim when at least MIN_ROW long, else the whole tensor)."""
     import torch
 
-    g64 = g.detach().to(torch.float64)
-    x64 = x.detach().to(device=g64.device, dtype=torch.float64)
-    if g64.dim() and g64.shape[-1] >= MIN_ROW:
-        g2, x2 = g64.reshape(-1, g64.shape[-1]), x64.reshape(-1, g64.shape[-1])
-    else:
-        g2, x2 = g64.reshape(1, -1), x64.reshape(1, -1)
-    finite = torch.isfinite(g2)
-    gz = torch.where(finite, g2, torch.zeros((), dtype=torch.float64, device=g2.device))
-    sq = gz * gz
-    rms_row = sq.mean(dim=-1, keepdim=True).sqrt()
-    rms_all = float(sq.mean().sqrt()) if sq.numel() else 0.0
-    tau = torch.clamp(rms_row / ROW_SCALE_DIVISOR, min=max(rms_all * 2.0 ** -30, 1e-300))
-    e = (x2 - gz).abs() / (gz.abs() + tau)
-    e = torch.where(finite, e, torch.zeros((), dtype=torch.float64, device=e.device))
+    scaled = _Scaled(g)
+    rows, cols = scaled.g2.shape
+    e = torch.empty(rows, cols, dtype=torch.float64, device=scaled.g2.device)
+    for blk in scaled.blocks():
+        r0, r1, c0, c1 = blk
+        e[r0:r1, c0:c1] = scaled.errors(x, blk)
     return e.reshape(-1)
 
 
@@ -116,18 +163,27 @@ def check_accuracy(out, ref, truth, name: str = "output") -> Accuracy:
     if tuple(truth.shape) != tuple(out.shape):
         return Accuracy(True, skipped=f"ground truth has shape {tuple(truth.shape)}")
     u = unit_roundoff(out.dtype)
-    e_ref = normalized_errors(ref.to(out.device), truth)
-    e_cand = normalized_errors(out, truth)
-    mean_ref = float(e_ref.mean())
-    mean_cand = float(e_cand.mean())
+    # Block by block (bounded memory: a [batch 80, 1500, 5120] output is 4.9 GB per float64 temporary): the mean
+    # errors first, then the elements far worse than the reference's own error there.
+    scaled = _Scaled(truth)
+    ref = ref.to(out.device)
+    n = max(out.numel(), 1)
+    sum_ref = sum_cand = 0.0
+    for blk in scaled.blocks():
+        sum_ref += float(scaled.errors(ref, blk).sum())
+        sum_cand += float(scaled.errors(out, blk).sum())
+    mean_ref, mean_cand = sum_ref / n, sum_cand / n
     if not math.isfinite(mean_cand):
         return Accuracy(False, mean_cand, mean_ref, None, reason=f"{name}: non-finite error against the ground truth")
     if not math.isfinite(mean_ref) or mean_ref < INFORMATIVE_ULPS * u:
         return Accuracy(True, mean_cand, mean_ref, None,
                         skipped="the ground truth is no more precise than the reference")
     bound = ACCURACY_FACTOR * mean_ref + ACCURACY_FLOOR_ULPS * u
-    far = e_cand > SPARSE_FACTOR * e_ref + SPARSE_OFFSET * (mean_ref + u)
-    sparse = float(far.double().mean())
+    far_n = 0
+    for blk in scaled.blocks():
+        far_n += int((scaled.errors(out, blk) > SPARSE_FACTOR * scaled.errors(ref, blk)
+                      + SPARSE_OFFSET * (mean_ref + u)).sum())
+    sparse = far_n / n
     if mean_cand > bound:
         return Accuracy(False, mean_cand, mean_ref, sparse, reason=(
             f"{name}: mean error {mean_cand:.3g} against the float64 ground truth is {mean_cand / mean_ref:.3g}× "

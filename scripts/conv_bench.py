@@ -35,11 +35,24 @@ ROWS = [
     ("ResNet 3x3 64 56x56 (B=32)", 2, 32, (56, 56), 64, 64, (3, 3), 1, 1, 1),
     ("ResNet 3x3 128 s2 56x56 (B=32)", 2, 32, (56, 56), 128, 128, (3, 3), 2, 1, 1),
     ("3x3 4096→3072 32x32 (B=1)", 2, 1, (32, 32), 4096, 3072, (3, 3), 1, 1, 1),
+    ("L2_078 3x3 4096→3072 32x32 (B=32)", 2, 32, (32, 32), 4096, 3072, (3, 3), 1, 1, 1),
+    ("L2_078 3x3 3072→3072 32x32 (B=32)", 2, 32, (32, 32), 3072, 3072, (3, 3), 1, 1, 1),
     ("3-D 3x3x3 128 16x32x32 (B=2)", 3, 2, (16, 32, 32), 128, 128, (3, 3, 3), 1, 1, 1),
     ("3-D 3x3x3 256 s2 16x32x32 (B=2)", 3, 2, (16, 32, 32), 256, 256, (3, 3, 3), 2, 1, 1),
 ]
 VARIANTS = {"128x128_c1": "tile = 128x128x64", "128x128_c2": "tile = 128x128x64   cluster = 2x1x1",
-            "64x128": "tile = 64x128x64", "128x64": "tile = 128x64x64"}
+            "64x128": "tile = 64x128x64", "128x64": "tile = 128x64x64",
+            # 2026-12-04: for the compute-bound rows (CUTLASS's SM90 conv runs one MMA warpgroup, not persistent:
+            # a wider or deeper tile per CTA, or a cluster along N, is what is left to try)
+            "128x192": "tile = 128x192x64", "64x256_c2": "tile = 64x256x64   cluster = 2x1x1",
+            "128x128x128": "tile = 128x128x128", "128x128_c1x2": "tile = 128x128x64   cluster = 1x2x1"}
+#: The default variants (those of the 2026-12-02 run); ``--variants all`` builds every one.
+DEFAULT_VARIANTS = ("128x128_c1", "128x128_c2", "64x128", "128x64")
+#: The explicit-im2col alternative (``--im2col``): the window unfolded by torch (a copy, timed with the call),
+#: then one persistent cooperative GEMM (two MMA warpgroups, which the SM90 conv kernel cannot use) with the
+#: same bias + GELU epilogue.
+IM2COL_VARIANTS = {"im2col_128x256_c2": "tile = 128x256x64   cluster = 2x1x1   schedule = cooperative",
+                   "im2col_128x128": "tile = 128x128x64   schedule = cooperative"}
 DIMS = {1: ("[N, W, C]", "[K, S, C]", "[N, Q, K]"), 2: ("[N, H, W, C]", "[K, R, S, C]", "[N, P, Q, K]"),
         3: ("[N, D, H, W, C]", "[K, T, R, S, C]", "[N, Z, P, Q, K]")}
 
@@ -48,6 +61,22 @@ def source(name: str, rank: int, stride: int, padding: int, dilation: int, setti
     a, b, d = DIMS[rank]
     return (f"kernel {name} : conv {{ a : bf16{a}  b : bf16{b}  d : bf16{d}\n  stride = {stride}  padding = {padding}"
             f"  dilation = {dilation}  {settings}\n  epilogue {{ bias : bf16[K]  d = gelu(acc + bias) }} }}")
+
+
+def im2col_source(name: str, settings: str) -> str:
+    return (f"kernel {name} : gemm {{ a : bf16[M, K] row  b : bf16[N, K] row  d : bf16[M, N] row\n  {settings}\n"
+            "  epilogue { bias : bf16[N]  d = gelu(acc + bias) } }")
+
+
+def im2col(x: torch.Tensor, window, stride: int, padding: int) -> torch.Tensor:
+    """``x`` [N, *spatial, C] (channels last) unfolded to [N·outputs, window·C] (window dims, then C: the
+    order of a [K, *window, C] filter flattened); a copy. Dilation 1."""
+    rank = x.dim() - 2
+    x = F.pad(x, [0, 0] + [padding] * (2 * rank))
+    for i, w in enumerate(window):
+        x = x.unfold(1 + i, w, stride)  # [N, out..., C, win...] once every spatial dim is unfolded
+    x = x.permute(0, *range(1, rank + 1), *range(rank + 2, 2 * rank + 2), rank + 1)
+    return x.reshape(-1, int(torch.tensor(window).prod().item()) * x.shape[-1])
 
 
 def bench(fn) -> float:
@@ -75,15 +104,28 @@ def bench(fn) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True, help="the markdown table to write (a docs/benchmarks entry)")
+    ap.add_argument("--rows", default="", help="only rows whose label contains one of these comma-separated texts")
+    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                    help=f"comma-separated variants of {sorted(VARIANTS)}, or 'all'")
+    ap.add_argument("--im2col", action="store_true", help="also time im2col (a torch copy) + one GEMM per row")
+    ap.add_argument("--build-only", action="store_true", help="build the kernels into the cache and stop")
     args = ap.parse_args()
-    traversals = sorted({(r[1], r[7], r[8], r[9]) for r in ROWS})
+    rows = [r for r in ROWS if not args.rows or any(t in r[0] for t in args.rows.split(","))]
+    variants = {v: VARIANTS[v] for v in (VARIANTS if args.variants == "all" else args.variants.split(","))}
+    traversals = sorted({(r[1], r[7], r[8], r[9]) for r in rows})
     kernels = {}
+    for vname, settings in (IM2COL_VARIANTS.items() if args.im2col else ()):
+        kernels[vname] = parse(im2col_source(vname, settings)).kernel()
     for rank, stride, padding, dilation in traversals:
-        for vname, settings in VARIANTS.items():
+        for vname, settings in variants.items():
             name = f"c{rank}d_s{stride}_p{padding}_d{dilation}_{vname.replace('x', '_')}"
             kernels[(rank, stride, padding, dilation, vname)] = parse(
                 source(name, rank, stride, padding, dilation, settings)).kernel()
     results = build_kernels(list(kernels.values()), timeout_s=900)
+    if args.build_only:
+        for key, r in zip(kernels, results):
+            print(("ok  " if r.ok else "FAIL"), key, f"{r.seconds:.0f}s", "" if r.ok else r.error, flush=True)
+        return 0 if all(r.ok for r in results) else 1
     loaded = {}
     for key, r in zip(kernels, results):
         if r.ok:
@@ -92,7 +134,7 @@ def main() -> int:
             print(f"build failed: {key}: {r.error}", file=sys.stderr)
     torch.manual_seed(0)
     records = []
-    for label, rank, n, sizes, c, k, window, stride, padding, dilation in ROWS:
+    for label, rank, n, sizes, c, k, window, stride, padding, dilation in rows:
         conv = (F.conv1d, F.conv2d, F.conv3d)[rank - 1]
         x = torch.randn(n, *sizes, c, device="cuda").to(torch.bfloat16)
         w = (torch.randn(k, *window, c, device="cuda") * (c * torch.tensor(window).prod().item()) ** -0.5
@@ -115,7 +157,23 @@ def main() -> int:
                "cudnn_conv_ms": bench(lambda: conv(xt, wt, bias, stride=stride, padding=padding, dilation=dilation)),
                "ucutlass_ms": {}, "rel_err": {}}
         out = torch.empty(ref.shape, device="cuda", dtype=torch.bfloat16)
-        for vname in VARIANTS:
+        for vname in (IM2COL_VARIANTS if args.im2col and dilation == 1 else ()):
+            kern = loaded.get(vname)
+            if kern is None:
+                continue
+            w2 = w.reshape(k, -1)  # [K, window·C]: a view
+            o2 = out.view(-1, k)
+
+            def im2col_call(kern=kern, w2=w2, o2=o2):
+                kern(a=im2col(x, window, stride, padding), b=w2, d=o2, bias=bias)
+            try:
+                im2col_call()
+                torch.cuda.synchronize()
+                rec["rel_err"][vname] = ((out.float() - ref).norm() / ref.norm()).item()
+                rec["ucutlass_ms"][vname] = bench(im2col_call)
+            except Exception as e:  # noqa: BLE001
+                rec.setdefault("errors", []).append(f"{vname}: {e}")
+        for vname in variants:
             kern = loaded.get((rank, stride, padding, dilation, vname))
             if kern is None:
                 continue
@@ -143,7 +201,14 @@ def main() -> int:
         lines.append(f"| {r['label']} | {r['stride']} | {r['torch_ms']:.3f} | {r['cudnn_conv_ms']:.3f} | "
                      + (f"{bt:.3f} ({best}) | {r['flops'] / (bt * 1e-3) / 1e12:.0f} | "
                         f"{max(r['rel_err'].values()):.1e} | {r['torch_ms'] / bt:.2f} |" if bt else "n/a | | | |"))
+    names = sorted({v for r in records for v in r["ucutlass_ms"]})
+    lines += ["", "Every variant, ms (— not built or refused):", "",
+              "| conv | cuDNN conv alone | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for r in records:
+        lines.append(f"| {r['label']} | {r['cudnn_conv_ms']:.3f} | " + " | ".join(
+            f"{r['ucutlass_ms'][v]:.3f}" if r["ucutlass_ms"].get(v) else "—" for v in names) + " |")
     Path(args.out).write_text("\n".join(lines) + "\n")
+    Path(args.out).with_suffix(".json").write_text(json.dumps(records, indent=1))
     print("\n".join(lines))
     return 0
 

@@ -306,8 +306,12 @@ def raise_for(result: BuildResult) -> BuildResult:
 
 
 def default_jobs() -> int:
-    """Parallel nvcc processes: one per core (each takes ~1-2 GB of memory and one core)."""
-    return max(1, os.cpu_count() or 1)
+    """Parallel nvcc processes: one per core this process may run on (``taskset`` narrows it; each nvcc takes ~1-2 GB
+    of memory and one core)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this OS
+        return max(1, os.cpu_count() or 1)
 
 
 def build_many(items: Iterable[tuple[str, str, str, dict | None]], *, jobs: int | None = None,

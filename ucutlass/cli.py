@@ -12,6 +12,7 @@ import argparse
 import functools
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -635,8 +636,29 @@ def cmd_grade(args) -> int:
             print(f"note: no T_SOL ({e}); SOL scores are left out", file=sys.stderr)
     # In a child process: a candidate that kills the process grading it (where the OS cannot stop it) leaves
     # CRASHED verdicts, not a silent exit 137.
+    graded_so_far: list = []
+    total = len(workloads) if workloads is not None else len(problem.workloads)
+    started = time.monotonic()
+
+    def progress(r) -> None:  # one line per workload as it finishes (a large problem grades for minutes)
+        graded_so_far.append(r)
+        speed = f" {r.speedup:.3g}x" if getattr(r, "speedup", None) else ""
+        print(f"graded {len(graded_so_far)}/{total}: {r.label} {r.status.value}{speed} "
+              f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+
     try:
-        results = grade_in_child(problem, solution, workloads, t_sol_ms=t_sol, timeout_s=args.timeout)
+        results = grade_in_child(problem, solution, workloads, t_sol_ms=t_sol, timeout_s=args.timeout,
+                                 on_result=progress)
+    except KeyboardInterrupt:  # Ctrl-C or a time limit's SIGINT: the workloads graded so far are kept
+        if graded_so_far:
+            if args.output:
+                Path(args.output).write_text(json.dumps([r.to_json() for r in graded_so_far], indent=2))
+            if not args.json:
+                print(format_table(graded_so_far))
+                print(json.dumps(summarize(graded_so_far)))
+            print(f"note: interrupted after {len(graded_so_far)} of {total} workload(s)"
+                  + (f"; their records are in {args.output}" if args.output else ""), file=sys.stderr)
+        raise
     except UcutError as e:  # the grader stopped (a reference out of memory): what it graded before is kept
         done = getattr(e, "results", None)
         if done and args.output:

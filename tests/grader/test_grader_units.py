@@ -31,6 +31,39 @@ from ucutlass.problem import Tolerance
 
 # --- compare: SOL-ExecBench tolerance semantics --------------------------------------------------------
 
+@pytest.mark.parametrize("shape", [(37, 53), (3, 5, 40), (10,), (1, 200)])
+def test_chunked_comparisons_equal_whole_ones(monkeypatch, shape):
+    """compare and check_accuracy work CHUNK_ELEMENTS at a time (the grader's memory stays bounded on a 614 M-element
+    output); with chunks of 7 elements they give what one chunk gives, NaN/Inf and row scales included."""
+    import ucutlass.grader.check as check
+    from ucutlass.grader.accuracy import check_accuracy, normalized_errors
+
+    g = torch.Generator().manual_seed(0)
+    truth = torch.randn(shape, generator=g, dtype=torch.float64) * torch.rand(shape, generator=g, dtype=torch.float64)
+    ref = truth.to(torch.bfloat16)
+    out = (truth + 3e-3 * torch.randn(shape, generator=g, dtype=torch.float64)).to(torch.bfloat16)
+    flat = out.view(-1)
+    flat[3] = float("nan")
+    flat[5] = float("inf")
+    ref.view(-1)[5] = float("inf")
+    tol = Tolerance(max_atol=1e-3, max_rtol=1e-2, required_matched_ratio=0.9)
+    clean = (truth + 3e-3 * torch.randn(shape, generator=g, dtype=torch.float64)).to(torch.bfloat16)
+
+    def results():
+        return compare(out, ref, tol), check_accuracy(clean, ref, truth), normalized_errors(out, truth)
+
+    whole = results()
+    monkeypatch.setattr(check, "CHUNK_ELEMENTS", 7)
+    parts = results()
+    assert parts[0] == whole[0]
+    assert parts[1].ok == whole[1].ok and parts[1].reason == whole[1].reason
+    assert parts[1].candidate_error == pytest.approx(whole[1].candidate_error, rel=1e-12)
+    assert parts[1].reference_error == pytest.approx(whole[1].reference_error, rel=1e-12)
+    assert parts[1].sparse_fraction == whole[1].sparse_fraction
+    assert torch.allclose(parts[2], whole[2], rtol=1e-12, atol=0, equal_nan=True) and whole[1].candidate_error > 0
+    assert whole[0].nonfinite == 1 and not whole[0].ok
+
+
 def test_compare_atol_rtol_boundary_and_ratio():
     tol = Tolerance(max_atol=0.1, max_rtol=0.1, required_matched_ratio=0.75)
     ref = torch.tensor([1.0, 10.0, 0.0, 5.0])
