@@ -196,8 +196,46 @@ def check_accuracy(out, ref, truth, name: str = "output") -> Accuracy:
     return Accuracy(True, mean_cand, mean_ref, sparse)
 
 
+#: Precision casts the ground truth ignores, by the dtype it computes in: a reference that rounds to bfloat16 on
+#: purpose (``(x_norm * w).to(torch.bfloat16)`` before a linear layer, as L2_055's does) would otherwise either fail
+#: in float64 ("expected scalar type BFloat16 but found Double") or round the truth. Casts to fp8 or integers are
+#: quantization, part of the problem's math, and are kept.
+PRECISION_CASTS = {"float64": ("bfloat16", "float16", "float32"), "float32": ("bfloat16", "float16")}
+
+
+def keep_precision(dtype):
+    """A ``TorchFunctionMode`` under which a floating cast to a less precise float (``.to(torch.bfloat16)``,
+    ``.half()``, ``.float()``, ``dtype=torch.float32`` of ``softmax`` or a factory function) gives ``dtype`` instead:
+    the reference's math without its intermediate rounding. Only bf16/f16/f32 targets are changed
+    (:data:`PRECISION_CASTS`)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    low = {getattr(torch, n) for n in PRECISION_CASTS.get(str(dtype).replace("torch.", ""), ())}
+    methods = {torch.Tensor.bfloat16: torch.bfloat16, torch.Tensor.half: torch.float16,
+               torch.Tensor.float: torch.float32}
+
+    def swap(v):
+        return dtype if isinstance(v, torch.dtype) and v in low else v
+
+    class KeepPrecision(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if func in methods and methods[func] in low and args and isinstance(args[0], torch.Tensor) \
+                    and args[0].is_floating_point():
+                return args[0].to(dtype) if args[0].dtype in low else args[0]
+            if func in (torch.Tensor.to, torch.Tensor.type):
+                args = tuple(swap(a) for a in args)
+            if "dtype" in kwargs:
+                kwargs["dtype"] = swap(kwargs["dtype"])
+            return func(*args, **kwargs)
+
+    return KeepPrecision()
+
+
 def ground_truth(problem, module, inputs: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    """The reference's outputs on ``inputs`` upcast to float64 (float32 if that fails).
+    """The reference's outputs on ``inputs`` upcast to float64 (float32 if that fails), its precision casts
+    kept at that dtype (:func:`keep_precision`).
 
     Returns:
         ``(outputs by name or None, dtype used or the reason there is none)``.
@@ -214,7 +252,8 @@ def ground_truth(problem, module, inputs: Mapping[str, Any]) -> tuple[dict[str, 
         up = {k: (v.to(dt) if isinstance(v, torch.Tensor) and v.dtype.is_floating_point else v)
               for k, v in inputs.items()}
         try:
-            out = problem.run_reference(up, module=module)
+            with keep_precision(dt):
+                out = problem.run_reference(up, module=module)
             return {k: torch.as_tensor(v) for k, v in out.items()}, str(dt).replace("torch.", "")
         except Exception as e:  # the reference may not support the dtype (or fit in memory): the next, else skip
             if any(v.is_cuda for v in floats):
@@ -223,5 +262,5 @@ def ground_truth(problem, module, inputs: Mapping[str, Any]) -> tuple[dict[str, 
     return None, "reference fails in higher precision (" + "; ".join(notes) + ")"
 
 
-__all__ = ["Accuracy", "check_accuracy", "ground_truth", "normalized_errors", "unit_roundoff",
+__all__ = ["Accuracy", "check_accuracy", "ground_truth", "keep_precision", "PRECISION_CASTS", "normalized_errors", "unit_roundoff",
            "ACCURACY_FACTOR", "ACCURACY_FLOOR_ULPS", "SPARSE_FACTOR", "SPARSE_OFFSET", "SPARSE_FRACTION"]

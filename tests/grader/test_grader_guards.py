@@ -176,6 +176,30 @@ def test_ground_truth_upcasts_and_falls_back(gemm_problem):
     assert truth is None and "bf16 only" in how
 
 
+def test_ground_truth_keeps_precision_through_the_references_own_casts(gemm_problem):
+    """A reference that rounds to bf16 on purpose (L2_055's layer norm: ``.to(torch.bfloat16)`` before a linear)
+    failed in float64 on the H200, leaving no truth; its casts are now kept at float64, and fp8 casts (quantization)
+    are not touched."""
+    mod = gemm_problem.reference_module()
+    inputs = gemm_problem.make_inputs(gemm_problem.workloads[1], seed=0, module=mod)
+    bf = {k: v.bfloat16() for k, v in inputs.items()}
+
+    class Casting:
+        @staticmethod
+        def run(A, B, bias):
+            h = torch.softmax(A.float(), dim=-1, dtype=torch.float32).to(torch.bfloat16)
+            h = (h * torch.ones_like(h, dtype=torch.float16).bfloat16()).half().to(A.dtype)
+            q = bias.to(torch.float8_e4m3fn).to(bias.dtype)           # quantization: kept
+            return torch.nn.functional.linear(h, B, q)
+
+    truth, how = ground_truth(gemm_problem, Casting, bf)
+    assert how == "float64" and truth["C"].dtype is torch.float64
+    exact = torch.nn.functional.linear(torch.softmax(bf["A"].double(), dim=-1), bf["B"].double(),
+                                       bf["bias"].to(torch.float8_e4m3fn).double())
+    assert torch.allclose(truth["C"], exact, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(Casting.run(**bf).double(), exact, rtol=1e-6, atol=1e-6)  # the reference rounds
+
+
 # --- guards --------------------------------------------------------------------------------------------
 
 def test_integrity_sees_patched_timers_grader_functions_and_trace_hooks():
