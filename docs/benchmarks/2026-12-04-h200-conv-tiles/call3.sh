@@ -12,7 +12,7 @@ P055=L2_055_audio_encoder_conv_positional_layer_stack
 cd /tmp
 timeout 300 python3 $REPO/scripts/prebuild_programs.py $REPO/examples/pipeline_conv_audio_encoder.ucut:$P055 > $OUT/prebuild_055.log 2>&1
 echo "prebuild: $(tail -1 $OUT/prebuild_055.log) at $(el) s"
-{ for b in 29 16; do for m in graph eager; do echo "== $m $b"; timeout 120 python3 $D/repro_055.py $m $b 2>&1 | grep -v "^step" | tail -12; done; done; } > $OUT/repro.log 2>&1
+{ for b in 29 16; do for m in graph eager; do echo "== $m $b"; timeout 120 python3 $D/repro_055.py $m $b 2>&1 | tail -8; done; done; } > $OUT/repro.log 2>&1
 cat $OUT/repro.log | cut -c1-300; echo "repro at $(el) s"
 left=$(( 580 - $(el) ))
 timeout -s INT $left ucutlass grade $REPO/examples/pipeline_conv_audio_encoder.ucut $P055 -o $OUT/grade_055.json > $OUT/grade_055.txt 2>&1
