@@ -37,14 +37,17 @@ constexpr int kHeadDim = 128;
 using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
 using Policy = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 // What one launch's score modifier reads: 88's mainloop default-constructs its Fusion (Fusion{}), so run-time
-// values come from constant memory, written on the launch's stream before it (cudaMemcpyToSymbolAsync).
+// values come from a global, written on the launch's stream before it by a one-thread kernel that takes them by
+// value: a CUDA graph captures that kernel's arguments (a cudaMemcpyToSymbolAsync from this call's stack, as
+// written before, was replayed from a dead stack frame: an illegal address in L2_055's graphs on the H200).
 struct VariantParams {
   const cutlass::bfloat16_t* bias;  // this launch's [Sq, Sk] bias (row stride ld), or null
   int64_t ld;
   float scale, inv_scale;       // the softmax scale and its reciprocal
   float softcap, inv_softcap;   // the cap c and 1/c (softcap on)
 };
-static __constant__ VariantParams g_variant;
+static __device__ VariantParams g_variant;
+__global__ void ucut_set_variant(VariantParams vp) { g_variant = vp; }
 
 // ucutlass's score modifier, on the unscaled Q K^T tile of every KV block (88's softmax multiplies by the scale
 // after before_softmax): s = scale * acc; s = c * tanh(s / c); s += bias[i, j]; masks; acc = s / scale.
@@ -307,7 +310,8 @@ int ucut_run(void* const* ptrs, const double* scalars, const int64_t* extents, c
     auto set_variant = [&](int i, cudaStream_t on) {
       vp.bias = static_cast<const cutlass::bfloat16_t*>(ptrs[4]) + int64_t(i) * x.Sq * x.Sk;
       (void)i;
-      return cudaMemcpyToSymbolAsync(g_variant, &vp, sizeof(vp), 0, cudaMemcpyHostToDevice, on);
+      ucut_set_variant<<<1, 1, 0, on>>>(vp);
+      return cudaGetLastError();
     };
     // An error left by an earlier call would be blamed on this launch: clear it, and name it if we fail.
     const cudaError_t pending = cudaGetLastError();
