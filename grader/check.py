@@ -138,8 +138,11 @@ def tolerance_against_truth(out, ref, truth, tolerance, name: str = "output") ->
     L2_015 (three stride-2 bf16 convs, a K = 3840 projection) on a structured input: the compiled pipeline
     97.7% within the tolerance of torch's output (98% required), but 99.2% within it of the truth, where torch
     itself is 98.4%. Such an output passes when the candidate meets the tolerance against the truth, or
-    matches the truth at least as well as the reference does; the accuracy check against the truth
-    (:mod:`.accuracy`: mean and sparse errors) still follows.
+    matches the truth about as well as the reference does: its fraction of elements within the tolerance of the
+    truth is at most ``1 − required_matched_ratio`` below the reference's (the share of elements the tolerance
+    itself lets miss; L1_047 on a structured input, emulated: the reference 62.7528% within of the truth, the
+    candidate 62.7459%, the same mean error). The accuracy check against the truth (:mod:`.accuracy`: mean and
+    sparse errors) still follows.
 
     Args:
         out, ref: the candidate's and the reference's output (same shape, any float dtype).
@@ -147,15 +150,16 @@ def tolerance_against_truth(out, ref, truth, tolerance, name: str = "output") ->
         tolerance: the workload's ``Tolerance``.
 
     Returns:
-        ``(ok, note)``: ``ok`` when the candidate meets the tolerance against the truth or does no worse
-        there than the reference; ``note`` says both ratios (empty without a ground truth).
+        ``(ok, note)``: ``ok`` when the candidate meets the tolerance against the truth or does about as well
+        there as the reference; ``note`` says both ratios (empty without a ground truth).
     """
     if truth is None:
         return False, ""
     r, c = compare(ref, truth, tolerance, name), compare(out, truth, tolerance, name)
     note = (f"{name} against the ground truth: candidate {c.matched_ratio:.4%}, reference {r.matched_ratio:.4%} "
             f"within atol={tolerance.max_atol:g}, rtol={tolerance.max_rtol:g}")
-    ok = c.nonfinite == 0 and (c.ok or (r.nonfinite == 0 and c.matched_ratio >= r.matched_ratio))
+    slack = max(0.0, 1.0 - tolerance.required_matched_ratio)
+    ok = c.nonfinite == 0 and (c.ok or (r.nonfinite == 0 and c.matched_ratio >= r.matched_ratio - slack))
     return ok, note
 
 

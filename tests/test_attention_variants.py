@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -195,10 +194,11 @@ def test_bias_extents_are_checked():
 @pytest.mark.skipif(not L1_047.is_dir(), reason="needs ../shared/sol-execbench")
 def test_example_for_l1_047_grades_emulated_on_its_smallest_workload(tmp_path):
     """``ucutlass grade FILE L1_047 --emulate`` on the workload with the fewest tokens (batch 1, seq_len 128) runs the
-    whole pipeline. Known gap: it does not pass. The reference rounds the normalized P to bf16 before P·V; an online
-    softmax (the FMHA) cannot, and with outputs near 1700 that rounding noise alone puts ~3% of the elements
-    outside atol 0.033 + rtol 0.05 (99% required). ``scores = eager`` (bf16 score steps) takes the share within
-    tolerance from ~78% (f32 scores) to ~97%; this pins that."""
+    whole pipeline and passes. The reference rounds the normalized P to bf16 before P·V; an online softmax (the FMHA)
+    cannot, and with outputs near 1700 that rounding noise alone puts ~3% of the elements outside atol 0.033 + rtol
+    0.05 of the reference (99% required; ``scores = eager`` took it from ~78% to ~97%). Against the float64 ground
+    truth the program matches about as well as the reference (structured trial: 62.746% against 62.753%), which the
+    grader accepts (grader/check.py ``tolerance_against_truth``)."""
     smallest = min((json.loads(line) for line in (L1_047 / "workload.jsonl").read_text().splitlines()),
                    key=lambda w: w["axes"]["batch_size"] * w["axes"]["seq_len"])
     problem = tmp_path / "L1_047"
@@ -208,11 +208,7 @@ def test_example_for_l1_047_grades_emulated_on_its_smallest_workload(tmp_path):
     run = subprocess.run([sys.executable, "-m", "ucutlass.cli", "grade", str(EXAMPLE), str(problem), "--emulate"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     out = run.stdout + run.stderr
-    if run.returncode == 0:
-        assert "PASSED" in out
-        return
-    shares = [float(x) for x in re.findall(r"([0-9.]+)% of elements within", out)]
-    assert "INCORRECT_NUMERICAL" in out and shares and min(shares) >= 95.0, out[-3000:]
+    assert run.returncode == 0 and "PASSED" in out, out[-3000:]
 
 
 # --- nvcc ------------------------------------------------------------------------------------------------------

@@ -64,6 +64,27 @@ def test_chunked_comparisons_equal_whole_ones(monkeypatch, shape):
     assert whole[0].nonfinite == 1 and not whole[0].ok
 
 
+def test_tolerance_against_truth_allows_the_tolerances_own_share_of_misses():
+    """Against the truth a candidate may miss at most 1 − required_matched_ratio more elements than the reference
+    (L1_047: 62.7459% against the reference's 62.7528%); more than that fails, as does any NaN."""
+    from ucutlass.grader.check import tolerance_against_truth
+
+    truth = torch.zeros(10000, dtype=torch.float64)
+    tol = Tolerance(max_atol=0.1, max_rtol=0.0, required_matched_ratio=0.99)
+    ref = truth.clone()
+    ref[:4000] = 1.0                                      # the reference: 60% within of the truth
+    near = ref.clone()
+    near[4000:4090] = 1.0                                 # 0.9% more misses: inside the slack
+    far = ref.clone()
+    far[4000:4200] = 1.0                                  # 2% more: outside
+    assert tolerance_against_truth(near, ref, truth, tol)[0]
+    assert not tolerance_against_truth(far, ref, truth, tol)[0]
+    nan = near.clone()
+    nan[-1] = float("nan")
+    assert not tolerance_against_truth(nan, ref, truth, tol)[0]
+    assert not tolerance_against_truth(near, ref, None, tol)[0]
+
+
 def test_compare_atol_rtol_boundary_and_ratio():
     tol = Tolerance(max_atol=0.1, max_rtol=0.1, required_matched_ratio=0.75)
     ref = torch.tensor([1.0, 10.0, 0.0, 5.0])
