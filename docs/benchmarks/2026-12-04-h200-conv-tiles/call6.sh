@@ -10,11 +10,11 @@ export UCUTLASS_SOL_EXECBENCH=$REPO/.device/problems
 P047=L1_047_attention_with_qk_norm_and_rope
 P027=L2_027_grouped_query_attention_with_yarn_rope_and_qk_norm
 cd /tmp
-timeout 200 python3 $REPO/scripts/prebuild_programs.py $REPO/examples/pipeline_attention_softcap_mask.ucut:$P047 $REPO/examples/pipeline_gqa_rope_qk_norm.ucut:$P027 > $OUT/prebuild.log 2>&1
+timeout 150 python3 $REPO/scripts/prebuild_programs.py $REPO/examples/pipeline_attention_softcap_mask.ucut:$P047 $REPO/examples/pipeline_gqa_rope_qk_norm.ucut:$P027 > $OUT/prebuild.log 2>&1
 echo "prebuild: $(tail -1 $OUT/prebuild.log) at $(el) s"
 for pair in pipeline_attention_softcap_mask:$P047 pipeline_gqa_rope_qk_norm:$P027; do
   ex=${pair%%:*}; pid=${pair##*:}
-  left=$(( 370 - $(el) )); [ $left -lt 20 ] && break
+  left=$(( 320 - $(el) )); [ $left -lt 20 ] && break
   [ $pid = $P047 ] && left=$(( left / 2 ))
   timeout -s INT $left ucutlass grade $REPO/examples/$ex.ucut $pid -o $OUT/grade_${pid%%_*}.json > $OUT/grade_${pid%%_*}.txt 2>&1
   echo "grade $pid rc $? at $(el) s"
