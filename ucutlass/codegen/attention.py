@@ -68,6 +68,10 @@ def template_values(kernel: AttentionKernel, source_file: str = "<string>") -> d
         "ptr_bias": abi.ptr_names.index("bias") if bias is not None else -1,
         "block_q": kernel.tile[0],
         "block_kv": kernel.tile[1],
+        # 88's Tag::kNumMmaWarpGroups: each MMA warpgroup owns 64 query rows of the tile (wgmma M = 64)
+        "mma_warpgroups": kernel.tile[0] // 64,
+        "wg_order": False,
+        "longest_first": False,
         "causal": kernel.mask == "causal",
         "bshd": kernel.layout == "bshd",
         "has_lse": kernel.lse is not None,
