@@ -907,6 +907,8 @@ class Grader:
                 raise _Fail(Status.INPUT_MODIFIED, f"timing: the candidate changed input(s) {', '.join(changed)}")
         wall = self._wall(worker, key, float(data.get("estimate_ms", 0.0)), stats.median_ms, logs) \
             if self.wall_check else None
+        if wall is not None:
+            wall["host_ms"] = float(data.get("host_ms", 0.0))  # the call's median host path: sets the spin
         # Only now do expected outputs exist (no candidate code runs after this): every checked timed call.
         for i, use in sorted(uses["snapshots"].items()):
             s = sets[i]

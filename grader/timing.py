@@ -46,6 +46,8 @@ MIN_CUDA_FLUSH_BYTES = 64 << 20
 #: GPU clock cycles of the spin before each timed call (~50 µs at the H200's 1.98 GHz boost clock; longer
 #: at lower clocks): more than one host iteration of the timed loop.
 SPIN_CYCLES = 100_000
+#: The wall check's spin covers up to this many times the default (see :func:`wall_spin_cycles`).
+MAX_WALL_SPIN_FACTOR = 4
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ def bench(call: Callable[[int], None], n_sets: int, device, flush, params: Bench
     estimate = warm[len(warm) // 2]
     n = reps_for(estimate, params)
     plan = _snapshot_plan(n, n_sets) if after is not None else {}
+    host: list[float] = []  # seconds each call took to return (its host path; CUDA only)
     if p.cuda:
         starts = [p.event() for _ in range(n)]
         ends = [p.event() for _ in range(n)]
@@ -191,7 +194,9 @@ def bench(call: Callable[[int], None], n_sets: int, device, flush, params: Bench
             p.spin(SPIN_CYCLES)  # the host runs ahead while the GPU spins: no host time in the region
             stream = p.stream()
             p.record(starts[j], stream)
+            h = clock()
             call(k)
+            host.append(clock() - h)
             p.record(ends[j], stream)
             if j in plan:
                 p.sync()
@@ -210,16 +215,32 @@ def bench(call: Callable[[int], None], n_sets: int, device, flush, params: Bench
             times.append((clock() - s) * 1e3)
             if j in plan:
                 after(j, k)  # type: ignore[misc]
-    return {"times_ms": times, "warmup_calls": i, "estimate_ms": estimate,
+    host_ms = sorted(host)[len(host) // 2] * 1e3 if host else 0.0
+    return {"times_ms": times, "warmup_calls": i, "estimate_ms": estimate, "host_ms": host_ms,
             "snapshots": [[k, j] for j, k in sorted(plan.items())]}
 
 
+def wall_spin_cycles(host_ms: float) -> int:
+    """GPU spin of the wall check's loops: enough to cover the call's host path (its median time to return,
+    measured by :func:`bench`) one and a half times, so that host time the events never see (the timed loop
+    runs ahead of the GPU) is not taken for work hidden from them; at least :data:`SPIN_CYCLES`, at most
+    :data:`MAX_WALL_SPIN_FACTOR` times it. Cycles per ms: SPIN_CYCLES is ~50 µs at the H200's 1.98 GHz boost clock.
+
+    Measured on the H200 (docs/benchmarks/2026-12-05-h200-fmha.md): a compiled pipeline's host path under a busy
+    host (12 nvcc beside the grader) outgrew the default spin plus the flush (~0.1 ms) and its excess was
+    reported as untimed work.
+    """
+    per_ms = SPIN_CYCLES / 0.05
+    return int(min(max(SPIN_CYCLES, 1.5 * host_ms * per_ms), MAX_WALL_SPIN_FACTOR * SPIN_CYCLES))
+
+
 def wall(call: Callable[[int], None] | None, n_sets: int, n: int, flush,
-         before: Callable[[int], None] | None, prims: Primitives) -> float:
-    """``n`` iterations of (before, flush, call, device-wide synchronisation); returns milliseconds.
+         before: Callable[[int], None] | None, prims: Primitives, spin_cycles: int = SPIN_CYCLES) -> float:
+    """``n`` iterations of (before, flush, spin, call, device-wide synchronisation); returns milliseconds.
 
     With ``call=None`` the same loop without the call: the baseline the parent subtracts. The parent
-    times the whole request with its own clock; this return value is only a diagnostic.
+    times the whole request with its own clock; this return value is only a diagnostic. ``spin_cycles``: the
+    same in both loops (:func:`wall_spin_cycles`).
     """
     p = prims
     p.sync()
@@ -232,7 +253,7 @@ def wall(call: Callable[[int], None] | None, n_sets: int, n: int, flush,
         if p.cuda:
             # The same spin as in bench(): the call's host path (a Triton or ctypes launch, tens of µs)
             # overlaps GPU work in both loops, so the difference is what the call cost the GPU, on all streams.
-            p.spin(SPIN_CYCLES)
+            p.spin(spin_cycles)
         if call is not None:
             call(k)
         p.sync()

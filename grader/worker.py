@@ -362,14 +362,15 @@ class _State:
         return before, call, after, counts
 
     def bench(self, key: str, sets: list, params: dict, plan: dict) -> dict:
-        from .timing import BenchParams, bench
+        from .timing import BenchParams, bench, wall_spin_cycles
 
         sol = self._solution(key)
         before, call, after, counts = self._timing_callables(sol, sets, plan)
         raised = self.l2.raised if self.l2 is not None else 0
         out = bench(call, len(sets), self.device, self.flush, BenchParams(**params), before, after, self.prims)
         self.prims.sync()
-        self.timing = {"key": key, "sets": sets, "before": before, "call": call}
+        self.timing = {"key": key, "sets": sets, "before": before, "call": call,
+                       "spin_cycles": wall_spin_cycles(float(out.get("host_ms", 0.0)))}
         out.update(ok=True, counts=list(counts),
                    l2_persisting_resets=(self.l2.raised - raised) if self.l2 is not None else 0)
         return out
@@ -380,7 +381,8 @@ class _State:
         t = self.timing
         if t is None or t["key"] != key:
             raise _Failure(RUNTIME_ERROR, "no timing run of this solution to repeat")
-        ms = wall(t["call"] if with_call else None, len(t["sets"]), n, self.flush, t["before"], self.prims)
+        ms = wall(t["call"] if with_call else None, len(t["sets"]), n, self.flush, t["before"], self.prims,
+                  t["spin_cycles"])
         return {"ok": True, "worker_ms": ms}
 
     # -- the problem's own code (reference role) -------------------------------------------------------

@@ -9,7 +9,7 @@ import importlib.util
 import statistics
 
 import pytest
-from adversarial_helpers import HONEST, kinds, solution
+from adversarial_helpers import HONEST, WORKLOAD, kinds, solution
 from adversarial_helpers import cpu_load, gpu_graders  # noqa: F401  (fixtures)
 
 from ucutlass.grader import Status
@@ -104,3 +104,13 @@ def test_honest_gemm_latency_matches_plain_event_timing(gpu_graders, index, m):
     plain = _plain_event_ms(m, 4096, 4096)
     assert abs(r.latency_ms - plain) <= 0.10 * plain, (r.latency_ms, plain)
     assert 0.8 < r.performance.speedup_factor < 1.25, r.performance  # the reference is the same cuBLAS call
+
+
+def test_a_slow_host_path_is_not_untimed_work(gpu_graders):
+    """120 µs of host work before a small GEMM (adv_gemm M = 128): the wall check's spin covers the call's measured
+    host path (grader/timing.py wall_spin_cycles), so only GPU work outside the events counts as escaped."""
+    g = gpu_graders("adv_gemm")
+    (r,) = g.grade(solution("gemm_honest_slow_host.py", g.problem), [WORKLOAD["cpu"]["adv_gemm"]])
+    assert r.status is Status.PASSED, r.log
+    wall = r.checks["wall"]
+    assert wall["host_ms"] >= 0.1 and wall["escaped_ms"] <= wall["allowed_ms"], wall

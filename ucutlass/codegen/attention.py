@@ -64,6 +64,8 @@ def template_values(kernel: AttentionKernel, source_file: str = "<string>") -> d
         "window": kernel.window or 0,
         "has_bias": bias is not None,
         "bias_batched": bias is not None and bias.dims[0] == "B",
+        # a non-persistent kernel reads a CTA's batch from blockIdx: one bias pointer, launches may overlap
+        "batch_from_grid": bias is not None and bias.dims[0] == "B" and not persistent,
         "bias_element": CPP_ELEMENT[bias.dtype] if bias is not None else "",
         "ptr_bias": abi.ptr_names.index("bias") if bias is not None else -1,
         "block_q": kernel.tile[0],

@@ -41,13 +41,20 @@ using Policy = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 // value: a CUDA graph captures that kernel's arguments (a cudaMemcpyToSymbolAsync from this call's stack, as
 // written before, was replayed from a dead stack frame: an illegal address in L2_055's graphs on the H200).
 struct VariantParams {
-  const cutlass::bfloat16_t* bias;  // this launch's [Sq, Sk] bias (row stride ld), or null
-  int64_t ld;
+  const cutlass::bfloat16_t* bias;  // the [Sq, Sk] bias of this launch, row stride ld, or null
+  int64_t ld, batch_stride;
+  int hkv;                      // KV heads (a BHSD CTA's batch is blockIdx.z / hkv)
+  int paired;                   // rows and base aligned for two-key loads
   float scale, inv_scale;       // the softmax scale and its reciprocal
   float softcap, inv_softcap;   // the cap c and 1/c (softcap on)
 };
 static __device__ VariantParams g_variant;
 __global__ void ucut_set_variant(VariantParams vp) { g_variant = vp; }
+
+// tanh(x) = 1 - 2 / (e^2x + 1) with the fast exp and reciprocal (MUFU.EX2, MUFU.RCP): absolute error about 1e-6
+// for every x (e^2x = inf gives 1, 0 gives -1), a fraction of tanhf's instructions. Times the cap c it is far below
+// a bf16 score's rounding step.
+CUTLASS_DEVICE float fast_tanh(float x) { return 1.f - __fdividef(2.f, __expf(2.f * x) + 1.f); }
 
 // ucutlass's score modifier, on the unscaled Q K^T tile of every KV block (88's softmax multiplies by the scale
 // after before_softmax): s = scale * acc; s = c * tanh(s / c); s += bias[i, j]; masks; acc = s / scale.
@@ -62,9 +69,31 @@ struct VariantFusion : cutlass::fmha::collective::DefaultFusion {
   }
   template <class AccQK, class IndexQK, class ProblemSize>
   CUTLASS_DEVICE void before_softmax(AccQK& acc_qk, IndexQK const& index_qk, ProblemSize const& problem_size) {
-    const VariantParams& p = g_variant;
+    const VariantParams p = g_variant;  // by value: read once per KV block, not once per score
+    constexpr int N = decltype(cute::size(acc_qk))::value;
+    static_assert(N % 2 == 0, "the accumulator holds an even number of scores per thread");
+    using BiasT = cutlass::bfloat16_t;
+    const int sq = cute::get<2>(problem_size), sk = cute::get<3>(problem_size);
+    const BiasT* bias = p.bias;
+    // The tile's bias first, every load in flight together (two adjacent keys per load where the accumulator
+    // holds them side by side, as SM90's wgmma layout does), then the arithmetic.
+    float bv[N];
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < cute::size(acc_qk); i++) {
+    for (int i = 0; i < N; i += 2) {
+      auto p0 = index_qk(i);
+      auto p1 = index_qk(i + 1);
+      const int q0 = cute::get<0>(p0), k0 = cute::get<1>(p0), q1 = cute::get<0>(p1), k1 = cute::get<1>(p1);
+      if (p.paired && (k0 & 1) == 0 && q1 == q0 && k1 == k0 + 1 && q0 < sq && k1 < sk) {
+        auto v = *reinterpret_cast<const cutlass::AlignedArray<BiasT, 2>*>(bias + int64_t(q0) * p.ld + k0);
+        bv[i] = static_cast<float>(v[0]);
+        bv[i + 1] = static_cast<float>(v[1]);
+      } else {
+        bv[i] = q0 < sq && k0 < sk ? static_cast<float>(bias[int64_t(q0) * p.ld + k0]) : 0.f;
+        bv[i + 1] = q1 < sq && k1 < sk ? static_cast<float>(bias[int64_t(q1) * p.ld + k1]) : 0.f;
+      }
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; i++) {
       auto pos = index_qk(i);
       const int qi = cute::get<0>(pos), kj = cute::get<1>(pos);
       bool masked = kj >= cute::get<3>(problem_size);  // keys past Sk (ResidualFusion's mask)
@@ -75,7 +104,7 @@ struct VariantFusion : cutlass::fmha::collective::DefaultFusion {
       // eager scores: each step rounded to the element type, as a PyTorch reference computing in it does
       auto r = [](float f) { return static_cast<float>(static_cast<Element>(f)); };
       float s = r(r(acc_qk(i)) * p.scale);
-      if (qi < cute::get<2>(problem_size)) s = r(s + static_cast<float>(p.bias[int64_t(qi) * p.ld + kj]));
+      s = r(s + bv[i]);  // rows past Sq read 0
       acc_qk(i) = s * p.inv_scale;
     }
   }
@@ -300,11 +329,14 @@ int ucut_run(void* const* ptrs, const double* scalars, const int64_t* extents, c
     if (!(scale > 0.f) || !std::isfinite(scale)) return fail(102, "the softmax scale must be positive and finite");
     VariantParams vp{};
     vp.ld = x.Sk;
+    vp.batch_stride = int64_t(x.Sq) * x.Sk;
+    vp.hkv = x.Hkv;
     vp.scale = scale;
     vp.inv_scale = 1.f / scale;
     // Writes this launch's modifier values on its stream (stream-ordered: the launch before has read its own).
     auto set_variant = [&](int i, cudaStream_t on) {
       vp.bias = static_cast<const cutlass::bfloat16_t*>(ptrs[4]);
+      vp.paired = x.Sk % 2 == 0 && reinterpret_cast<uintptr_t>(vp.bias) % (2 * sizeof(*vp.bias)) == 0;
       (void)i;
       ucut_set_variant<<<1, 1, 0, on>>>(vp);
       return cudaGetLastError();

@@ -41,13 +41,20 @@ using Policy = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 // value: a CUDA graph captures that kernel's arguments (a cudaMemcpyToSymbolAsync from this call's stack, as
 // written before, was replayed from a dead stack frame: an illegal address in L2_055's graphs on the H200).
 struct VariantParams {
-  const float* bias;  // this launch's [Sq, Sk] bias (row stride ld), or null
-  int64_t ld;
+  const float* bias;  // the [Sq, Sk] bias of this launch, row stride ld, or null
+  int64_t ld, batch_stride;
+  int hkv;                      // KV heads (a BHSD CTA's batch is blockIdx.z / hkv)
+  int paired;                   // rows and base aligned for two-key loads
   float scale, inv_scale;       // the softmax scale and its reciprocal
   float softcap, inv_softcap;   // the cap c and 1/c (softcap on)
 };
 static __device__ VariantParams g_variant;
 __global__ void ucut_set_variant(VariantParams vp) { g_variant = vp; }
+
+// tanh(x) = 1 - 2 / (e^2x + 1) with the fast exp and reciprocal (MUFU.EX2, MUFU.RCP): absolute error about 1e-6
+// for every x (e^2x = inf gives 1, 0 gives -1), a fraction of tanhf's instructions. Times the cap c it is far below
+// a bf16 score's rounding step.
+CUTLASS_DEVICE float fast_tanh(float x) { return 1.f - __fdividef(2.f, __expf(2.f * x) + 1.f); }
 
 // ucutlass's score modifier, on the unscaled Q K^T tile of every KV block (88's softmax multiplies by the scale
 // after before_softmax): s = scale * acc; s = c * tanh(s / c); s += bias[i, j]; masks; acc = s / scale.
@@ -62,9 +69,10 @@ struct VariantFusion : cutlass::fmha::collective::CausalFusion {
   }
   template <class AccQK, class IndexQK, class ProblemSize>
   CUTLASS_DEVICE void before_softmax(AccQK& acc_qk, IndexQK const& index_qk, ProblemSize const& problem_size) {
-    const VariantParams& p = g_variant;
+    const VariantParams p = g_variant;  // by value: read once per KV block, not once per score
+    constexpr int N = decltype(cute::size(acc_qk))::value;
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < cute::size(acc_qk); i++) {
+    for (int i = 0; i < N; i++) {
       auto pos = index_qk(i);
       const int qi = cute::get<0>(pos), kj = cute::get<1>(pos);
       bool masked = kj >= cute::get<3>(problem_size);  // keys past Sk (ResidualFusion's mask)
@@ -301,6 +309,8 @@ int ucut_run(void* const* ptrs, const double* scalars, const int64_t* extents, c
     if (!(scale > 0.f) || !std::isfinite(scale)) return fail(102, "the softmax scale must be positive and finite");
     VariantParams vp{};
     vp.ld = x.Sk;
+    vp.batch_stride = int64_t(x.Sq) * x.Sk;
+    vp.hkv = x.Hkv;
     vp.scale = scale;
     vp.inv_scale = 1.f / scale;
     // Writes this launch's modifier values on its stream (stream-ordered: the launch before has read its own).
