@@ -56,6 +56,9 @@ SHRUNK = [
     (EX / "pipeline_residual_rms_mlp.ucut", "L2_004_fused_residual_rms_mlp",
      {"hidden_size": 256, "intermediate_size": 512}),
     (EX / "pipeline_swiglu_backward.ucut", "L2_005_swiglu_mlp_backward", {"hidden_size": 256, "intermediate_size": 512}),
+    # 256 experts [E, 2048, 7168] x3: 23 GB of weights at full size (tests/test_pipeline_moe.py: small tensors)
+    (EX / "pipeline_moe_experts.ucut", "L1_044_moe_expert_computation",
+     {"num_experts": 32, "hidden_size": 128, "intermediate_size": 64}),
 ]
 GPU_PIPELINES += [(path, pid) for path, pid, _ in SHRUNK[2:]]
 #: Issue 20: L1_047 (mask + soft-capping; emulated grade pinned in tests/test_attention_variants.py). The reference
