@@ -61,6 +61,10 @@ SHRUNK = [
      {"num_experts": 32, "hidden_size": 128, "intermediate_size": 64}),
 ]
 GPU_PIPELINES += [(path, pid) for path, pid, _ in SHRUNK[2:]]
+#: FP8 (blockwise-scaled GEMMs after torch quantisation steps): emulated on the CPU with small extents, bit for bit
+#: against the reference, in tests/test_pipeline_fp8.py.
+GPU_PIPELINES += [(EX / "pipeline_fp8_o_proj.ucut", "Quant_001_fp8_attention_output_projection"),
+                  (EX / "pipeline_fp8_shared_expert.ucut", "Quant_017_fp8_shared_expert_mlp")]
 #: Issue 20: L1_047 (mask + soft-capping; emulated grade pinned in tests/test_attention_variants.py). The reference
 #: rounds the normalized P to bf16, which an online softmax cannot (~97% of elements within its tolerance, 99%
 #: required); judged against the ground truth it matches as well as the reference does, and passes.

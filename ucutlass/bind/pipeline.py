@@ -283,8 +283,8 @@ class PipelineBinding:
                     given.setdefault(str(dim), int(size))
         try:
             return self.problem.resolve_axes(given)
-        except Exception:  # noqa: BLE001 - an axis only an output has: what the inputs give is all there is
-            return given
+        except Exception:  # noqa: BLE001 - an axis no tensor has (Quant_001's batch_size): the others still resolve
+            return _partial_axes(self.problem, given)
 
     def steps(self) -> list[dict[str, Any]]:
         """Each step as JSON for reports (``check --json``): ``{"targets", "text", "runs": [{"kind": "kernel" |
@@ -319,6 +319,27 @@ class PipelineBinding:
             lines.append(f"  {i + 1}. {', '.join(step['targets'])} = {step['text']}    [{'; '.join(kinds)}]")
         lines.append(f"  return {', '.join(value_text(v) for v in self.pipeline.returns)}")
         return lines
+
+
+def _partial_axes(problem: Problem, given: dict[str, int]) -> dict[str, int]:
+    """``given`` (axes read from tensor shapes) with the const axes and every expr axis that those determine: when a
+    var axis appears in no tensor (Quant_001's batch_size and seq_len, only their product num_tokens is a dim), the
+    exprs over the others (its ``scale_k_act = input_dim // 128``) still resolve."""
+    from ..errors import ProblemError
+    from ..problem_files import eval_axis_expression
+
+    values = {n: int(ax.value) for n, ax in problem.axes.items() if ax.kind == "const" and ax.value is not None}
+    values.update(given)
+    pending = [ax for ax in problem.axes.values() if ax.kind == "expr" and ax.name not in values]
+    for _ in range(len(pending) + 1):  # exprs may refer to each other in any order
+        still = []
+        for ax in pending:
+            try:
+                values[ax.name] = eval_axis_expression(ax.expression or "", values)
+            except ProblemError:
+                still.append(ax)
+        pending = still
+    return values
 
 
 def _calls(value: Any) -> list[Call]:

@@ -84,6 +84,9 @@ CONSTANTS: dict[str, str] = {
     "torch.float32": "float32", "torch.float": "float32", "torch.float16": "float16", "torch.half": "float16",
     "torch.bfloat16": "bfloat16", "torch.int32": "int32", "torch.int64": "int64", "torch.long": "int64",
     "torch.bool": "bool",
+    # FP8 (a quantisation step's `.to(torch.float8_e4m3fn)` before a kernel's f8e4m3 operand: the conversion rounds
+    # to nearest even and gives NaN past ±448 for e4m3, so clamp first, as SOL-ExecBench's BlockwiseScaler does).
+    "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2",
 }
 #: Plain names with a fixed value (True, False, None).
 LITERALS: dict[str, Any] = {"True": True, "False": False, "None": None}
