@@ -56,6 +56,9 @@ SHRUNK = [
     (EX / "pipeline_residual_rms_mlp.ucut", "L2_004_fused_residual_rms_mlp",
      {"hidden_size": 256, "intermediate_size": 512}),
     (EX / "pipeline_swiglu_backward.ucut", "L2_005_swiglu_mlp_backward", {"hidden_size": 256, "intermediate_size": 512}),
+    # The whole decoder layer; heads and head_dim stay (the reference fixes them), so do RoPE and both attentions.
+    (EX / "pipeline_decoder_layer.ucut", "L2_062_decoder_complete_layer",
+     {"hidden_size": 256, "intermediate_size": 512, "cross_hidden_size": 256}),
 ]
 GPU_PIPELINES += [(path, pid) for path, pid, _ in SHRUNK[2:]]
 #: Issue 20: L1_047 (mask + soft-capping; emulated grade pinned in tests/test_attention_variants.py). The reference
