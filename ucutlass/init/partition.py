@@ -303,6 +303,8 @@ class Translator:
             if kw.get("alpha", 1) != 1 or kw.get("rounding_mode"):
                 self._unplaced(node, op)
             return self.emit(node, f"{a[0]} {OPERATORS[packet]} {a[1]}", "torch")
+        if packet == "reciprocal":
+            return self.emit(node, f"1.0 / {a[0]}", "torch")
         if packet == "rsub":
             return self.emit(node, f"{a[1]} - {a[0]}", "torch")
         if packet == "gelu" and kw.get("approximate", "none") == "none":
