@@ -108,3 +108,14 @@ def test_an_fp32_gemm_is_written_with_3xtf32_and_passes_emulated(tmp_path):
     assert not [d for d in check(program.kernel()) if d.severity == "error"]  # every open tile legal for 3xTF32
     ok, why = check_program(text, p)
     assert ok, why
+
+
+def test_rope_positions_from_arange_are_written_and_pass_emulated():
+    """aten.arange (a factory: its device= dropped, made on the inputs' device) and aten.reciprocal have torch steps
+    (L2_062's RoPE stopped init at aten.arange); the program passes the emulated grade."""
+    p = problem("tiny_rope_positions")
+    text = init_program(p).text
+    assert "torch.arange(0, 16, 2, dtype=torch.float32)" in text and "torch.arange(seq)" in text
+    assert "1.0 / pow_1" in text
+    assert not [line for line in text.splitlines() if "device" in line.split("#")[0]]  # code, not the comments
+    assert check_program(text, p) == (True, "PASSED")

@@ -59,6 +59,9 @@ SHRUNK = [
     # 256 experts [E, 2048, 7168] x3: 23 GB of weights at full size (tests/test_pipeline_moe.py: small tensors)
     (EX / "pipeline_moe_experts.ucut", "L1_044_moe_expert_computation",
      {"num_experts": 32, "hidden_size": 128, "intermediate_size": 64}),
+    # The whole decoder layer; heads and head_dim stay (the reference fixes them), so do RoPE and both attentions.
+    (EX / "pipeline_decoder_layer.ucut", "L2_062_decoder_complete_layer",
+     {"hidden_size": 256, "intermediate_size": 512, "cross_hidden_size": 256}),
 ]
 GPU_PIPELINES += [(path, pid) for path, pid, _ in SHRUNK[2:]]
 #: FP8 (blockwise-scaled GEMMs after torch quantisation steps): emulated on the CPU with small extents, bit for bit

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 from ..errors import CheckError, Diagnostic, did_you_mean
 from ..ir import Pos
 from ..ir.pipeline import Arith, Call, Const, Index, ListOf, Ref, SliceOf, Step, names_in, value_text
-from ..ir.torch_ops import CONSTANTS, OPERATORS, constant, tensor_method, torch_function
+from ..ir.torch_ops import CONSTANTS, FACTORIES, OPERATORS, constant, tensor_method, torch_function
 
 #: ``+ - * /`` on tensors and numbers in any order (Python's operators: torch.add etc. on tensors, :data:`OPERATORS`).
 ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
@@ -73,10 +73,25 @@ class Flow:
             if v.kind == "kernel":
                 return self._kernel(v, args, kwargs)
             if v.kind == "torch":
+                if v.target in FACTORIES:
+                    kwargs = {**kwargs, "device": self._device(v)}
                 return self._torch(lambda: torch_function(v.target)(*args, **kwargs), v.pos, v.target, args)
             return self._torch(lambda: tensor_method(args[0], v.target)(*args[1:], **kwargs), v.pos,
                                f".{v.target}()", args)
         raise TypeError(f"unexpected pipeline value {v!r}")
+
+    def _device(self, call: Call) -> Any:
+        """Where a factory (:data:`ucutlass.ir.torch_ops.FACTORIES`) makes its tensor: the device of the problem's
+        inputs (``meta`` while binding), as the reference makes ``torch.arange(seq_len, device=x.device)``."""
+        import torch
+
+        if any(k == "device" for k, _ in call.kwargs):
+            self.fail("bad-call", f"{call.target}: device=… is not written in a pipeline (a factory is made on the "
+                      "device of the problem's inputs)", call.pos)
+        for value in self.env.values():
+            if isinstance(value, torch.Tensor):
+                return value.device
+        return torch.device("cpu")
 
     def _index_item(self, item: Any) -> Any:
         if isinstance(item, SliceOf):

@@ -303,6 +303,8 @@ class Translator:
             if kw.get("alpha", 1) != 1 or kw.get("rounding_mode"):
                 self._unplaced(node, op)
             return self.emit(node, f"{a[0]} {OPERATORS[packet]} {a[1]}", "torch")
+        if packet == "reciprocal":
+            return self.emit(node, f"1.0 / {a[0]}", "torch")
         if packet == "rsub":
             return self.emit(node, f"{a[1]} - {a[0]}", "torch")
         if packet == "gelu" and kw.get("approximate", "none") == "none":
@@ -314,6 +316,9 @@ class Translator:
             keep = ", keepdim=True" if (len(node.args) > 2 and node.args[2]) or kw.get("keepdim") else ""
             dtype = f", dtype={self.fmt(kw['dtype'])}" if kw.get("dtype") is not None else ""
             return self.emit(node, f"{FUNCTIONS[packet]}({a[0]}, {a[1]}{keep}{dtype})", "torch")
+        if packet == "arange":  # a factory: made on the inputs' device (device=, layout=, pin_memory= dropped)
+            dtype = [f"dtype={self.fmt(kw['dtype'])}"] if kw.get("dtype") is not None else []
+            return self.emit(node, f"torch.arange({', '.join(a + dtype)})", "torch")
         if packet in FUNCTIONS:
             extra = [f"{k}={self.fmt(v)}" for k, v in kw.items() if k not in ("memory_format",)]
             return self.emit(node, f"{FUNCTIONS[packet]}({', '.join(a + extra)})", "torch")

@@ -22,7 +22,8 @@ class TorchOp:
     Attributes:
         spelling: as written in `.ucut` (``torch.nn.functional.rms_norm``; a method: ``reshape``).
         kind: ``"view"`` (no data moves where strides allow) or ``"torch"`` (a torch kernel computes).
-        group: what it is for (``norm``, ``softmax``, ``elementwise``, ``rope``, ``routing``, ``shape``, ``reduce``),
+        group: what it is for (``norm``, ``softmax``, ``elementwise``, ``rope``, ``routing``, ``shape``, ``reduce``,
+            ``factory``: a tensor from numbers alone, :data:`FACTORIES`),
             for the card and the reports.
     """
 
@@ -53,10 +54,15 @@ TORCH_FUNCTIONS: dict[str, TorchOp] = {
            "torch.take_along_dim", "torch.topk", "torch.argsort", "torch.sort", "torch.repeat_interleave",
            "torch.cat", "torch.stack", "torch.zeros_like", "torch.ones_like"),
     **_ops("torch", "shape", "torch.nn.functional.pad"),
+    **_ops("torch", "factory", "torch.arange"),  # made on the inputs' device (FACTORIES)
     **_ops("view", "shape", "torch.reshape", "torch.transpose", "torch.permute", "torch.flatten",
            "torch.unflatten", "torch.unsqueeze", "torch.squeeze", "torch.narrow", "torch.chunk", "torch.split",
            "torch.movedim"),
 }
+
+#: Functions that make a tensor from numbers alone (``torch.arange(seq_len)``: RoPE positions). A pipeline cannot
+#: name a device, so the run time makes them on the device of the problem's inputs (meta while binding).
+FACTORIES: frozenset[str] = frozenset(n for n, op in TORCH_FUNCTIONS.items() if op.group == "factory")
 
 #: Tensor methods (``x.reshape(…)``) by name.
 TENSOR_METHODS: dict[str, TorchOp] = {
