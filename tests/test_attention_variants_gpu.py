@@ -1,9 +1,9 @@
 """Attention variants on the GPU (issue 20 item 1): each compiled and compared with torch's SDPA in fp32.
 
-Run on the H200: ``pytest -m gpu tests/test_attention_variants_gpu.py``. Six sm90 kernels are compiled first, in
+Run on the H200: ``pytest -m gpu tests/test_attention_variants_gpu.py``. Seven sm90 kernels are compiled first, in
 parallel, in a fresh cache: an additive bias shared by every batch and head, a per-batch bias with a causal mask,
 soft-capping and the scale read from scalars, a causal sliding window, a non-causal window with GQA and B > Hq/Hkv
-(forked launches), head dims 96 and 192 (zero-padded tiles). The reference is
+(forked launches), head dims 96 and 192 (zero-padded tiles), and a BHSD per-batch bias in one launch. The reference is
 ``torch.nn.functional.scaled_dot_product_attention`` on the inputs upcast to fp32, with the same ``attn_mask`` /
 ``scale`` (soft-capping, which SDPA lacks, by its formula on fp32 scores).
 """
@@ -38,12 +38,21 @@ SPECS = {
     "window_full_d96": (96, "  bias : bf16[B, Sq, Sk]", "mask = none   window = 50   softcap = 20.0"),
     "d192": (192, "", "mask = causal   tile = 128x64   stages = 4"),
 }
+#: BHSD with a per-batch bias, not persistent: one launch, a CTA's batch is blockIdx.z / Hkv (the template's
+#: batch_from_grid), as in L1_047's pipeline.
+BHSD_BIAS = """kernel bias_bhsd : attention {
+  target = sm90
+  q : bf16[B, Hq, Sq, 128]   k : bf16[B, Hkv, Sk, 128]   v : bf16[B, Hkv, Sk, 128]   o : bf16[B, Hq, Sq, 128]
+  bias : bf16[B, 1, Sq, Sk]
+  mask = causal   schedule = cooperative   persistent = false
+}
+"""
 
 
 @pytest.fixture(scope="module")
 def kernels(kernel_cache):
-    return build_and_load([parse(_kernel(name, *spec), f"{name}.ucut").kernel() for name, spec in SPECS.items()],
-                          kernel_cache)
+    return build_and_load([parse(_kernel(name, *spec), f"{name}.ucut").kernel() for name, spec in SPECS.items()]
+                          + [parse(BHSD_BIAS, "bias_bhsd.ucut").kernel()], kernel_cache)
 
 
 def _qkv(b, sq, sk, hq, hkv, d, seed):
@@ -82,8 +91,10 @@ def _causal(sq, sk, window=None, causal=True):
     return keep & (j >= i - window) if window is not None else keep
 
 
-# the last case: B > Hq/Hkv, the launches on forked streams share the modifier's values
-@pytest.mark.parametrize("case", [(2, 256, 256, 8, 2), (1, 200, 520, 4, 1), (3, 136, 136, 4, 2)])
+# (3, 136, ...): B > Hq/Hkv, the launches on forked streams share the modifier's values; Sk = 261: odd rows, one
+# key per bias load (no two-key loads)
+@pytest.mark.parametrize("case", [(2, 256, 256, 8, 2), (1, 200, 520, 4, 1), (3, 136, 136, 4, 2),
+                                  (2, 137, 261, 4, 2)])
 def test_shared_bias_is_sdpas_attn_mask(kernels, case):
     b, sq, sk, hq, hkv = case
     q, k, v = _qkv(*case, 128, seed=sum(case))
@@ -102,6 +113,18 @@ def test_per_batch_bias_with_causal_mask(kernels, case):
     kernels["bias_batched_causal"](q=q, k=k, v=v, o=o, bias=bias)
     mask = bias.masked_fill(~_causal(sq, sk), float("-inf"))
     _check(o, _reference(q, k, v, mask=mask), f"bias_batched_causal {case}")
+
+
+@pytest.mark.parametrize("case", [(3, 256, 256, 8, 2), (2, 200, 330, 4, 4)])
+def test_per_batch_bias_bhsd_in_one_launch(kernels, case):
+    b, sq, sk, hq, hkv = case
+    q, k, v = (t.transpose(1, 2).contiguous() for t in _qkv(*case, 128, seed=sum(case) + 1))  # BHSD
+    bias = torch.randn(b, 1, sq, sk, device="cuda").bfloat16()
+    o = torch.full_like(q, float("nan"))
+    kernels["bias_bhsd"](q=q, k=k, v=v, o=o, bias=bias)
+    mask = bias.float().masked_fill(~_causal(sq, sk), float("-inf"))
+    ref = _reference(*(t.transpose(1, 2) for t in (q, k, v)), mask=mask).transpose(1, 2)
+    _check(o, ref, f"bias_bhsd {case}")
 
 
 def test_softcap_and_scale_from_scalars(kernels):
