@@ -183,7 +183,8 @@ def variants_main(out: Path, build_only: bool = False) -> int:
                      f"{rec.get('max_abs_err', 'n/a (softcap)')} |")
         del q, k, v, o, qh, kh, vh, args
         torch.cuda.empty_cache()
-    lines = ["# Attention variants on the H200: ucutlass vs torch SDPA with the same mask / scale", "",
+    lines = [f"# Attention variants on the {torch.cuda.get_device_name()}: ucutlass vs torch SDPA with the same "
+             "mask / scale", "",
              f"torch {torch.__version__}, {torch.cuda.get_device_name()}, bf16, BSHD for ucutlass, contiguous BHSD "
              "for SDPA; ratio = SDPA ms / ucutlass ms. SDPA has no soft-capping: a capped row's SDPA time is "
              "uncapped.", "", *table]

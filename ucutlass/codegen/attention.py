@@ -65,6 +65,8 @@ def template_values(kernel: AttentionKernel, source_file: str = "<string>") -> d
         "has_bias": bias is not None,
         "bias_batched": bias is not None and bias.dims[0] == "B",
         # a non-persistent kernel reads a CTA's batch from blockIdx: one bias pointer, launches may overlap
+        # the soft cap's tanh (templates/sm90_fmha.cu.j2 fast_tanh): "approx", "exp" or "libm"
+        "tanh_impl": "approx",
         "batch_from_grid": bias is not None and bias.dims[0] == "B" and not persistent,
         "bias_element": CPP_ELEMENT[bias.dtype] if bias is not None else "",
         "ptr_bias": abi.ptr_names.index("bias") if bias is not None else -1,
