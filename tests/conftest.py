@@ -1,4 +1,6 @@
-"""Shared fixtures. GPU tests carry the ``gpu`` marker and skip without CUDA; nvcc tests skip without nvcc."""
+"""Shared fixtures. GPU tests carry the ``gpu`` marker and skip without CUDA; nvcc tests skip without nvcc;
+``full_size`` tests (an emulated grade of a real problem at full size: 2-20 minutes on 2 cores, past CI's share) run
+only with ``UCUTLASS_FULL_SIZE_TESTS=1``."""
 
 from __future__ import annotations
 
@@ -28,11 +30,14 @@ def pytest_collection_modifyitems(config, items):
     has_cuda = _cuda_available()
     has_nvcc = bool(os.environ.get("CUDACXX") or shutil.which("nvcc") or
                     (os.environ.get("CUDA_HOME") and Path(os.environ["CUDA_HOME"], "bin", "nvcc").exists()))
+    full_size = os.environ.get("UCUTLASS_FULL_SIZE_TESTS") == "1"
     for item in items:
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)"))
         if "nvcc" in item.keywords and not has_nvcc:
             item.add_marker(pytest.mark.skip(reason="needs nvcc"))
+        if "full_size" in item.keywords and not full_size:
+            item.add_marker(pytest.mark.skip(reason="a full-size emulated grade (minutes): UCUTLASS_FULL_SIZE_TESTS=1"))
 
 
 @pytest.fixture(scope="session")

@@ -74,6 +74,7 @@ def test_the_smallest_workload_pads_the_decoder_rows():
 
 
 @pytest.mark.slow
+@pytest.mark.full_size
 def test_decoder_layer_passes_emulated_on_the_cpu_at_full_size():
     r = _grade(EXAMPLE.read_text(), _problem(L2_062))
     assert r.status is Status.PASSED, r.log

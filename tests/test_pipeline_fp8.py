@@ -145,6 +145,7 @@ def test_check_shows_the_quantisation_steps(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.full_size
 @pytest.mark.parametrize("path, pid", [O_PROJ, SHARED_EXPERT], ids=["Quant_001", "Quant_017"])
 def test_full_size_fp8_pipelines_pass_emulated_on_the_cpu(path, pid, capsys):
     """`ucutlass grade FILE PROBLEM --emulate --workloads 1` (the first workload at full size: minutes on 2 cores)."""
