@@ -20,7 +20,8 @@ from .capture import Capture, InitError
 UCUT_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float8_e4m3fn": "f8e4m3",
                "float8_e5m2": "f8e5m2"}
 TORCH_CONSTANTS = {"bfloat16": "torch.bfloat16", "float16": "torch.float16", "float32": "torch.float32",
-                   "int32": "torch.int32", "int64": "torch.int64", "bool": "torch.bool"}
+                   "int32": "torch.int32", "int64": "torch.int64", "bool": "torch.bool",
+                   "float8_e4m3fn": "torch.float8_e4m3fn", "float8_e5m2": "torch.float8_e5m2"}
 
 
 @dataclass
@@ -178,8 +179,14 @@ class Translator:
         for o in same:
             for n, m in zip(nodes, o.graph.graph.nodes):
                 self.pairs[n].append(m)
+        # A var axis no tensor has (Quant_001's batch_size, seq_len: only num_tokens is a dim) is unknown when the
+        # pipeline runs (axes are read from shapes): write the expr axes the tensors have instead.
+        shaped = {str(d) for spec in (*problem.inputs.values(), *problem.outputs.values()) if spec.shape
+                  for d in spec.shape if not str(d).isdigit()}
+        kinds = ("var", "expr") if any(a.kind == "var" and n not in shaped for n, a in problem.axes.items()) \
+            else ("var",)
         var = {n: (cap.axes[n], *(o.axes[n] for o in same)) for n, a in problem.axes.items()
-               if a.kind == "var" and n in cap.axes}
+               if a.kind in kinds and n in cap.axes and n in shaped}
         consts = {n: a.value for n, a in problem.axes.items() if a.kind == "const" and a.value is not None}
         self.sym = symbolize(var, consts)
         self.names: dict[Any, str] = {}
@@ -205,8 +212,10 @@ class Translator:
             names = [n for n, v in self.cap.scalars.items() if isinstance(v, float) and v == a]
             if len(names) == 1:
                 return names[0]
-            if a != a or abs(a) == float("inf"):
-                self._bad(f"the constant {a}")
+            if a != a:
+                return "torch.nan"
+            if abs(a) == float("inf"):
+                return "torch.inf" if a > 0 else "-torch.inf"
             return repr(a)
         if isinstance(a, (list, tuple)):
             bs = [o for o in b if isinstance(o, (list, tuple)) and len(o) == len(a)]

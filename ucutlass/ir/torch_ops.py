@@ -93,6 +93,8 @@ CONSTANTS: dict[str, str] = {
     # FP8 (a quantisation step's `.to(torch.float8_e4m3fn)` before a kernel's f8e4m3 operand: the conversion rounds
     # to nearest even and gives NaN past ±448 for e4m3, so clamp first, as SOL-ExecBench's BlockwiseScaler does).
     "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2",
+    # The floats a number cannot spell (numbers are finite): a causal mask's `masked_fill(mask, -torch.inf)`.
+    "torch.inf": "inf", "torch.nan": "nan",
 }
 #: Plain names with a fixed value (True, False, None).
 LITERALS: dict[str, Any] = {"True": True, "False": False, "None": None}
