@@ -140,7 +140,9 @@ FUNCTIONS = {"relu": "F.relu", "silu": "F.silu", "sigmoid": "torch.sigmoid", "ta
              "clamp": "torch.clamp", "pow": "torch.pow", "square": "torch.square", "cat": "torch.cat",
              "stack": "torch.stack", "mean": "torch.mean", "sum": "torch.sum", "amax": "torch.amax",
              "amin": "torch.amin", "cumsum": "torch.cumsum", "gather": "torch.gather",
-             "index_select": "torch.index_select", "softplus": "F.softplus", "constant_pad_nd": "F.pad"}
+             "index_select": "torch.index_select", "softplus": "F.softplus", "constant_pad_nd": "F.pad",
+             "triu": "torch.triu", "tril": "torch.tril", "roll": "torch.roll", "index_copy": "torch.index_copy",
+             "select_scatter": "torch.select_scatter", "slice_scatter": "torch.slice_scatter"}
 MATMUL = {"mm", "addmm", "bmm", "baddbmm"}
 
 
@@ -274,12 +276,13 @@ class Translator:
         kw = node.kwargs
         if packet in MATMUL:
             return self.matmul(node, packet)
-        if packet in ("split", "split_with_sizes"):
+        if packet in ("split", "split_with_sizes", "unbind"):
             parts = [self.fresh(f"{node.name}_{i}") for i in range(len(_val(node)))]
             for i, name in enumerate(parts):
                 self.names[(node, i)] = name
             self.names[node] = ", ".join(parts)
-            return self.emit(node, f"{a[0]}.split({', '.join(a[1:])})", "view")
+            method = "unbind" if packet == "unbind" else "split"
+            return self.emit(node, f"{a[0]}.{method}({', '.join(a[1:])})", "view")
         if op == "getitem" and isinstance(x, type(node)) and (x, node.args[1]) in self.names:
             self.names[node] = self.names[(x, node.args[1])]
             return
@@ -325,9 +328,9 @@ class Translator:
             keep = ", keepdim=True" if (len(node.args) > 2 and node.args[2]) or kw.get("keepdim") else ""
             dtype = f", dtype={self.fmt(kw['dtype'])}" if kw.get("dtype") is not None else ""
             return self.emit(node, f"{FUNCTIONS[packet]}({a[0]}, {a[1]}{keep}{dtype})", "torch")
-        if packet == "arange":  # a factory: made on the inputs' device (device=, layout=, pin_memory= dropped)
+        if packet in ("arange", "full"):  # factories: made on the inputs' device (device=, layout=, pin_memory= dropped)
             dtype = [f"dtype={self.fmt(kw['dtype'])}"] if kw.get("dtype") is not None else []
-            return self.emit(node, f"torch.arange({', '.join(a + dtype)})", "torch")
+            return self.emit(node, f"torch.{packet}({', '.join(a + dtype)})", "torch")
         if packet in FUNCTIONS:
             extra = [f"{k}={self.fmt(v)}" for k, v in kw.items() if k not in ("memory_format",)]
             return self.emit(node, f"{FUNCTIONS[packet]}({', '.join(a + extra)})", "torch")

@@ -22,7 +22,7 @@ class TorchOp:
     Attributes:
         spelling: as written in `.ucut` (``torch.nn.functional.rms_norm``; a method: ``reshape``).
         kind: ``"view"`` (no data moves where strides allow) or ``"torch"`` (a torch kernel computes).
-        group: what it is for (``norm``, ``softmax``, ``elementwise``, ``rope``, ``routing``, ``shape``, ``reduce``,
+        group: what it is for (``norm``, ``softmax``, ``elementwise``, ``rope``, ``routing``, ``shape``, ``reduce``, ``mask``,
             ``factory``: a tensor from numbers alone, :data:`FACTORIES`),
             for the card and the reports.
     """
@@ -52,12 +52,14 @@ TORCH_FUNCTIONS: dict[str, TorchOp] = {
     **_ops("torch", "reduce", "torch.sum", "torch.mean", "torch.amax", "torch.amin", "torch.cumsum"),
     **_ops("torch", "routing", "torch.gather", "torch.index_select", "torch.index_add", "torch.scatter_add",
            "torch.take_along_dim", "torch.topk", "torch.argsort", "torch.sort", "torch.repeat_interleave",
-           "torch.cat", "torch.stack", "torch.zeros_like", "torch.ones_like"),
-    **_ops("torch", "shape", "torch.nn.functional.pad"),
-    **_ops("torch", "factory", "torch.arange"),  # made on the inputs' device (FACTORIES)
+           "torch.cat", "torch.stack", "torch.zeros_like", "torch.ones_like", "torch.index_copy", "torch.select_scatter",
+           "torch.slice_scatter"),
+    **_ops("torch", "shape", "torch.nn.functional.pad", "torch.roll"),
+    **_ops("torch", "mask", "torch.triu", "torch.tril"),  # a causal mask: torch.triu(torch.full(…, -torch.inf), 1)
+    **_ops("torch", "factory", "torch.arange", "torch.full"),  # made on the inputs' device (FACTORIES)
     **_ops("view", "shape", "torch.reshape", "torch.transpose", "torch.permute", "torch.flatten",
            "torch.unflatten", "torch.unsqueeze", "torch.squeeze", "torch.narrow", "torch.chunk", "torch.split",
-           "torch.movedim"),
+           "torch.movedim", "torch.unbind"),
 }
 
 #: Functions that make a tensor from numbers alone (``torch.arange(seq_len)``: RoPE positions). A pipeline cannot
@@ -67,7 +69,7 @@ FACTORIES: frozenset[str] = frozenset(n for n, op in TORCH_FUNCTIONS.items() if 
 #: Tensor methods (``x.reshape(…)``) by name.
 TENSOR_METHODS: dict[str, TorchOp] = {
     **_ops("view", "shape", "reshape", "view", "transpose", "permute", "flatten", "unflatten", "unsqueeze",
-           "squeeze", "narrow", "chunk", "split", "t", "expand", "movedim", "view_as"),
+           "squeeze", "narrow", "chunk", "split", "t", "expand", "movedim", "view_as", "unbind"),
     **_ops("torch", "shape", "contiguous", "repeat", "repeat_interleave"),
     **_ops("torch", "dtype", "to", "float", "bfloat16", "half", "type_as"),
     **_ops("torch", "elementwise", "pow", "sigmoid", "exp", "rsqrt", "sqrt", "neg", "abs", "clamp", "masked_fill",
