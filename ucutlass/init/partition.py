@@ -248,12 +248,26 @@ class Translator:
                 outs = node.args[0]
                 outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
                 returns = [self.fmt(o) for o in outs]
+            elif node.op == "get_attr":  # a tensor constant of the reference (`x[:, -1] = 0`'s 0): one number
+                self.names[node] = self._constant(node)
             elif node.op == "call_function":
                 self.names[node] = self.fresh(node.name)
                 self.node(node)
             else:
                 raise InitError(f"{self.problem.id}: the graph has a {node.op} node ({node.target})")
         return Partition(_live(self.steps, returns), self.kernels, returns, self.kernel_flops, self.total_flops)
+
+    def _constant(self, node) -> str:
+        """The text of a one-element tensor constant the graph holds (written as its number)."""
+        value = getattr(self.cap.graph, str(node.target), None)
+        try:
+            number = value.item() if value is not None and value.numel() == 1 else None
+        except Exception:  # noqa: BLE001 - a fake tensor has no value
+            number = None
+        if number is None:
+            raise InitError(f"{self.problem.id}: the graph holds a tensor constant ({node.target}) "
+                            "a pipeline cannot spell")
+        return self.fmt(number)
 
     def fresh(self, name: str) -> str:
         """A step name: the node's, without leading ``_``, renamed where it is a problem input, an axis, a
@@ -328,6 +342,11 @@ class Translator:
             keep = ", keepdim=True" if (len(node.args) > 2 and node.args[2]) or kw.get("keepdim") else ""
             dtype = f", dtype={self.fmt(kw['dtype'])}" if kw.get("dtype") is not None else ""
             return self.emit(node, f"{FUNCTIONS[packet]}({a[0]}, {a[1]}{keep}{dtype})", "torch")
+        if packet == "fill":  # the out-of-place fill of a functionalized `x[…] = v`
+            return self.emit(node, f"torch.full_like({a[0]}, {a[1]})", "torch")
+        if packet == "index" and len(node.args) == 2:  # x[idx] (advanced indexing; None: a whole dim)
+            idx = ", ".join(":" if i is None else self.fmt(i) for i in node.args[1])
+            return self.emit(node, f"{a[0]}[{idx}]", "torch")
         if packet in ("arange", "full"):  # factories: made on the inputs' device (device=, layout=, pin_memory= dropped)
             dtype = [f"dtype={self.fmt(kw['dtype'])}"] if kw.get("dtype") is not None else []
             return self.emit(node, f"torch.{packet}({', '.join(a + dtype)})", "torch")

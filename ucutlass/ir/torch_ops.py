@@ -52,7 +52,7 @@ TORCH_FUNCTIONS: dict[str, TorchOp] = {
     **_ops("torch", "reduce", "torch.sum", "torch.mean", "torch.amax", "torch.amin", "torch.cumsum"),
     **_ops("torch", "routing", "torch.gather", "torch.index_select", "torch.index_add", "torch.scatter_add",
            "torch.take_along_dim", "torch.topk", "torch.argsort", "torch.sort", "torch.repeat_interleave",
-           "torch.cat", "torch.stack", "torch.zeros_like", "torch.ones_like", "torch.index_copy", "torch.select_scatter",
+           "torch.cat", "torch.stack", "torch.zeros_like", "torch.ones_like", "torch.full_like", "torch.index_copy", "torch.select_scatter",
            "torch.slice_scatter"),
     **_ops("torch", "shape", "torch.nn.functional.pad", "torch.roll"),
     **_ops("torch", "mask", "torch.triu", "torch.tril"),  # a causal mask: torch.triu(torch.full(…, -torch.inf), 1)
