@@ -119,3 +119,37 @@ def test_rope_positions_from_arange_are_written_and_pass_emulated():
     assert "1.0 / pow_1" in text
     assert not [line for line in text.splitlines() if "device" in line.split("#")[0]]  # code, not the comments
     assert check_program(text, p) == (True, "PASSED")
+
+
+def test_fp8_quantisation_steps_and_unbind_are_written_and_pass_emulated():
+    """`.to(torch.float8_e4m3fn)` has a pipeline spelling (Quant_001/007/016/017 stopped at it), aten.unbind is a
+    view with several results; the dequantised f32 matmul runs in a kernel (3xTF32) and the program passes."""
+    p = problem("tiny_fp8_quant")
+    result = init_program(p)
+    text = result.text
+    assert ".to(torch.float8_e4m3fn)" in text and ".unbind(" in text
+    assert result.flop_share == 1.0
+    assert check_program(text, p) == (True, "PASSED")
+
+
+def test_a_causal_mask_of_minus_inf_is_written_and_passes_emulated():
+    """L2_062's causal mask: torch.full(…, -inf) (a factory) and torch.triu; -inf is spelled -torch.inf."""
+    p = problem("tiny_causal_mask")
+    text = init_program(p).text
+    assert "torch.full([seq, seq], -torch.inf)" in text and "torch.triu(full, 1)" in text
+    parse("kernel k : gemm { a : bf16[M, K] row  b : bf16[K, N] row  d : bf16[M, N] row }\n"
+          "pipeline p { m = x.masked_fill(mask, -torch.inf)  n = m + torch.nan  return n }", "x.ucut")
+    assert check_program(text, p) == (True, "PASSED")
+
+
+def test_a_reference_that_writes_in_place_is_captured_functionalized_and_passes_emulated():
+    """`ids[:, -1] = 0` after torch.roll (L1_057): captured out of place (select_scatter), the 0 constant as a number,
+    the embedding lookup `table[ids]` as an index step; no in-place op in the program."""
+    p = problem("tiny_in_place")
+    cap = capture(p)
+    assert not any(str(n.target).split(".")[1].endswith("_") for n in cap.graph.graph.nodes
+                   if n.op == "call_function")
+    text = init_program(p).text
+    assert "torch.roll(ids, [-1], [-1])" in text and "torch.select_scatter(roll, fill, 1, -1)" in text
+    assert "table[select_scatter]" in text
+    assert check_program(text, p) == (True, "PASSED")
