@@ -153,3 +153,10 @@ def test_a_reference_that_writes_in_place_is_captured_functionalized_and_passes_
     assert "torch.roll(ids, [-1], [-1])" in text and "torch.select_scatter(roll, fill, 1, -1)" in text
     assert "table[select_scatter]" in text
     assert check_program(text, p) == (True, "PASSED")
+
+
+def test_a_graph_that_changes_with_the_workload_is_one_message():
+    """A Python loop over an axis (L2_045's per-batch index_copy_) unrolls to a graph per workload: init says so
+    (naming the reference line) instead of writing a program right at one workload only."""
+    with pytest.raises(InitError, match=r"ops change with the workload from reference line 5 .*batch=2.*loop"):
+        init_program(problem("tiny_loop"))

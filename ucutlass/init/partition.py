@@ -177,6 +177,8 @@ class Translator:
         nodes = list(cap.graph.graph.nodes)
         same = [o for o in others if len(list(o.graph.graph.nodes)) == len(nodes) and all(
             a.target == b.target for a, b in zip(nodes, o.graph.graph.nodes))]
+        if others and not same:
+            self._changes_with_workload(nodes, others)
         self.pairs: dict[Any, list] = {n: [] for n in nodes}
         for o in same:
             for n, m in zip(nodes, o.graph.graph.nodes):
@@ -196,6 +198,20 @@ class Translator:
         self.kernels: list[KernelSpec] = []
         self.kernel_flops = 0
         self.total_flops = 0
+
+    def _changes_with_workload(self, nodes: list, others: list[Capture]):
+        """Raise: no other capture has the graph's ops (a Python loop over an axis, L2_045's ``for b in
+        range(batch_size)``): a program written at one workload would be wrong at the others."""
+        other = list(others[0].graph.graph.nodes)
+        at = next((i for i, (a, b) in enumerate(zip(nodes, other)) if a.target != b.target), min(len(nodes), len(other)))
+        line = _ref_line(nodes[min(at, len(nodes) - 1)], self.problem.id)
+        where = f" from reference line {line}" if line else ""
+        raise InitError(f"{self.problem.id}: the graph's ops change with the workload{where} ({len(nodes)} ops at "
+                        f"{self._var(self.cap)}, {len(other)} at {self._var(others[0])}): a Python loop over an axis "
+                        "or a branch on a shape; a program written at one workload would be wrong at the others")
+
+    def _var(self, cap: Capture) -> str:
+        return ", ".join(f"{n}={v}" for n, v in cap.axes.items() if self.problem.axes[n].kind == "var")
 
     # --- values --------------------------------------------------------------------------------------
 
