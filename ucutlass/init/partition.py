@@ -31,7 +31,8 @@ class KernelSpec:
     Attributes:
         name: its name in the file; ``batched``: operands carry a batch dim ``B`` (``bmm``).
         dtype: a and b element type (`.ucut` spelling); ``out``: d's; ``b_nk``: b declared ``[N, K]`` (a Linear
-            weight), else ``[K, N]``; ``bias``: an ``[N]`` bias in the epilogue (``addmm``).
+            weight), else ``[K, N]``; ``bias``: an ``[N]`` bias in the epilogue (``addmm``); ``scaled``: FP8 a and
+            b with blockwise scales ``scale_a : f32[M, K/128]``, ``scale_b : f32[N/128, K/128]`` (:mod:`.fp8`).
         shapes: (M, N, K) at the captured workload (sizes the search space); ``flops``: 2·M·N·K·batch per call.
     """
 
@@ -42,9 +43,10 @@ class KernelSpec:
     b_nk: bool
     bias: bool = False
     shapes: list = field(default_factory=list)
+    scaled: bool = False
 
     def key(self) -> tuple:
-        return (self.batched, self.dtype, self.out, self.b_nk, self.bias)
+        return (self.batched, self.dtype, self.out, self.b_nk, self.bias, self.scaled)
 
 
 @dataclass
@@ -396,6 +398,8 @@ class Translator:
         self.total_flops += flops
         if k == 1 and not bias:  # an outer product (RoPE's inv_freq × positions): a broadcast multiply, exact
             return self.emit(node, f"{self.fmt(a)} * {self.fmt(b)}", "torch")
+        if not batched and not bias and self._fp8(node, a, b, (m, n, k), flops):
+            return
         dtype = UCUT_DTYPES.get(_dtype_name(av.dtype))
         out = UCUT_DTYPES.get(_dtype_name(dv.dtype))
         if dtype is None or out is None or _dtype_name(bv.dtype) != _dtype_name(av.dtype) or dtype.startswith("f8"):
@@ -415,13 +419,7 @@ class Translator:
             src, b_nk = b.args[0], True
         transpose_b = dtype == "f32" and not b_nk  # tf32 needs both operands K-major (sm90.tf32-k-major)
         b_nk = b_nk or transpose_b
-        spec = KernelSpec("", batched, dtype, out, b_nk, bias)
-        found = next((kk for kk in self.kernels if kk.key() == spec.key()), None)
-        if found is None:
-            spec.name = f"{'bmm' if batched else 'gemm'}{len(self.kernels)}"
-            self.kernels.append(spec)
-            found = spec
-        found.shapes.append((m, n, k))
+        found = self._kernel(KernelSpec("", batched, dtype, out, b_nk, bias), (m, n, k))
 
         def operand(x):
             text = self.fmt(x)
@@ -432,6 +430,43 @@ class Translator:
             call.append(f"bias={self.fmt(bias_node)}")
         self.kernel_flops += flops
         self.emit(node, f"{found.name}({', '.join(call)})", "kernel")
+
+    def _kernel(self, spec: KernelSpec, shape: tuple) -> KernelSpec:
+        """The declared kernel with ``spec``'s key (declared now if new), with ``shape`` (M, N, K) added."""
+        found = next((kk for kk in self.kernels if kk.key() == spec.key()), None)
+        if found is None:
+            spec.name = f"{'bmm' if spec.batched else 'gemm'}{len(self.kernels)}"
+            self.kernels.append(spec)
+            found = spec
+        found.shapes.append(shape)
+        return found
+
+    def _fp8(self, node, a, b, shape: tuple, flops: int) -> bool:
+        """An f32 ``mm`` of two blockwise-dequantised FP8 operands (a: 1x128 blocks, b read through ``.t()``:
+        128x128 blocks): one blockwise-scaled FP8 gemm call on the FP8 tensors and their scales. False: not that."""
+        from .fp8 import BLOCK_K, dequantised
+
+        if _val(a).dtype != _val(b).dtype or _dtype_name(_val(a).dtype) != "float32":
+            return False
+        if getattr(b, "op", None) != "call_function" or \
+                getattr(b.target.overloadpacket, "__name__", "") not in ("t", "permute", "transpose"):
+            return False
+        da, db = dequantised(a), dequantised(b.args[0])
+        if da is None or db is None or da.block_rows != 1 or db.block_rows != BLOCK_K:
+            return False
+        dtype = UCUT_DTYPES[_dtype_name(_val(da.q).dtype)]
+        if UCUT_DTYPES[_dtype_name(_val(db.q).dtype)] != dtype:
+            return False
+        found = self._kernel(KernelSpec("", False, dtype, "f32", True, scaled=True), shape)
+
+        def operand(x):
+            text = self.fmt(x)
+            return text if _val(x).is_contiguous() else f"{text}.contiguous()"
+
+        self.kernel_flops += flops
+        args = ", ".join(operand(x) for x in (da.q, db.q, da.scale, db.scale))
+        self.emit(node, f"{found.name}({args})", "kernel")
+        return True
 
     def _torch_matmul(self, node, packet: str) -> None:
         """A matmul no kernel family computes in its dtypes: left to torch (its FLOPs stay outside kernels)."""
