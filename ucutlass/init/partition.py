@@ -146,6 +146,8 @@ FUNCTIONS = {"relu": "F.relu", "silu": "F.silu", "sigmoid": "torch.sigmoid", "ta
              "triu": "torch.triu", "tril": "torch.tril", "roll": "torch.roll", "index_copy": "torch.index_copy",
              "select_scatter": "torch.select_scatter", "slice_scatter": "torch.slice_scatter"}
 MATMUL = {"mm", "addmm", "bmm", "baddbmm"}
+#: The text of a number (a tensor constant of the graph written by :meth:`Translator._constant`).
+NUMBER = re.compile(r"-?(torch\.inf|torch\.nan|[0-9.]+(e[+-]?[0-9]+)?)|True|False")
 
 
 #: Words a step may not be named (keywords, roots of dotted names).
@@ -360,7 +362,9 @@ class Translator:
             keep = ", keepdim=True" if (len(node.args) > 2 and node.args[2]) or kw.get("keepdim") else ""
             dtype = f", dtype={self.fmt(kw['dtype'])}" if kw.get("dtype") is not None else ""
             return self.emit(node, f"{FUNCTIONS[packet]}({a[0]}, {a[1]}{keep}{dtype})", "torch")
-        if packet == "fill":  # the out-of-place fill of a functionalized `x[…] = v`
+        if packet == "fill":  # the out-of-place fill of a functionalized `x[…] = v` (v a number or a constant)
+            if isinstance(node.args[1], type(node)) and not NUMBER.fullmatch(a[1]):
+                self._unplaced(node, op)  # filled with a tensor the reference computes
             return self.emit(node, f"torch.full_like({a[0]}, {a[1]})", "torch")
         if packet == "index" and len(node.args) == 2:  # x[idx] (advanced indexing; None: a whole dim)
             idx = ", ".join(":" if i is None else self.fmt(i) for i in node.args[1])

@@ -22,8 +22,8 @@ class TorchOp:
     Attributes:
         spelling: as written in `.ucut` (``torch.nn.functional.rms_norm``; a method: ``reshape``).
         kind: ``"view"`` (no data moves where strides allow) or ``"torch"`` (a torch kernel computes).
-        group: what it is for (``norm``, ``softmax``, ``elementwise``, ``rope``, ``routing``, ``shape``, ``reduce``, ``mask``,
-            ``factory``: a tensor from numbers alone, :data:`FACTORIES`),
+        group: what it is for (``norm``, ``softmax``, ``elementwise``, ``rope``, ``routing``, ``shape``, ``reduce``,
+            ``mask``, ``factory``: a tensor from numbers alone, :data:`FACTORIES`),
             for the card and the reports.
     """
 
@@ -52,8 +52,9 @@ TORCH_FUNCTIONS: dict[str, TorchOp] = {
     **_ops("torch", "reduce", "torch.sum", "torch.mean", "torch.amax", "torch.amin", "torch.cumsum"),
     **_ops("torch", "routing", "torch.gather", "torch.index_select", "torch.index_add", "torch.scatter_add",
            "torch.take_along_dim", "torch.topk", "torch.argsort", "torch.sort", "torch.repeat_interleave",
-           "torch.cat", "torch.stack", "torch.zeros_like", "torch.ones_like", "torch.full_like", "torch.index_copy", "torch.select_scatter",
-           "torch.slice_scatter"),
+           "torch.cat", "torch.stack", "torch.zeros_like", "torch.ones_like", "torch.full_like",
+           # out of place, as init writes a functionalized `x[b].index_copy_(…)` / `x[:, -1] = 0`:
+           "torch.index_copy", "torch.select_scatter", "torch.slice_scatter"),
     **_ops("torch", "shape", "torch.nn.functional.pad", "torch.roll"),
     **_ops("torch", "mask", "torch.triu", "torch.tril"),  # a causal mask: torch.triu(torch.full(…, -torch.inf), 1)
     **_ops("torch", "factory", "torch.arange", "torch.full"),  # made on the inputs' device (FACTORIES)
