@@ -174,3 +174,16 @@ def test_a_blockwise_dequantised_fp8_matmul_is_a_blockwise_fp8_kernel_and_passes
     assert "3xtf32" not in text and "mul" not in text.split("pipeline")[1]  # no dequantising step left
     assert result.flop_share == 1.0
     assert check_program(text, p) == (True, "PASSED")
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_the_blockwise_fp8_program_init_writes_compiles_and_passes_the_grader(tmp_path, capsys):
+    """On the GPU: the blockwise-scaled FP8 gemm init declares for tiny_fp8_blockwise builds with nvcc and the
+    pipeline passes `ucutlass grade` against the reference (one compile)."""
+    out = tmp_path / "init.ucut"
+    assert main(["init", str(DATA / "tiny_fp8_blockwise"), "-o", str(out), "--no-check"]) == 0
+    code = main(["grade", str(out), str(DATA / "tiny_fp8_blockwise"), "--pick", "gemm0.tile=128x128x128",
+                 "--pick", "gemm0.schedule=cooperative", "--timeout", "600"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err
