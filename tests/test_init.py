@@ -187,3 +187,28 @@ def test_the_blockwise_fp8_program_init_writes_compiles_and_passes_the_grader(tm
                  "--pick", "gemm0.schedule=cooperative", "--timeout", "600"])
     captured = capsys.readouterr()
     assert code == 0, captured.out + captured.err
+
+
+def test_the_fp8_gemms_bias_and_cast_go_to_its_epilogue(tmp_path):
+    """`(y + bias).to(torch.bfloat16)` after the dequantised matmul (CuBLASRefBlockwiseGemm, Quant_001): d is bf16
+    with the bias in the epilogue (acc + bias in f32, rounded once, as the reference); the program passes."""
+    import json
+    import shutil
+
+    folder = tmp_path / "tiny_fp8_blockwise_bias"
+    shutil.copytree(DATA / "tiny_fp8_blockwise", folder)
+    d = json.loads((folder / "definition.json").read_text())
+    d["name"] = folder.name
+    d["inputs"]["bias"] = {"shape": [128], "dtype": "bfloat16"}
+    d["reference"] = d["reference"].replace("def run(x, w):", "def run(x, w, bias):").replace(
+        "return (a @ b.T).to(torch.bfloat16)", "return ((a @ b.T) + bias).to(torch.bfloat16)")
+    (folder / "definition.json").write_text(json.dumps(d))
+    lines = [json.loads(line) for line in (folder / "workload.jsonl").read_text().splitlines()]
+    for w in lines:
+        w["inputs"]["bias"] = {"type": "random"}
+    (folder / "workload.jsonl").write_text("".join(json.dumps(w) + "\n" for w in lines))
+    p = find_problem(str(folder))
+    text = init_program(p).text
+    assert "d : bf16[M, N] row" in text and "epilogue { bias : bf16[N]   d = acc + bias }" in text
+    assert "bias=bias)" in text and text.rstrip().endswith("return mm\n}")  # no torch step after the gemm
+    assert check_program(text, p) == (True, "PASSED")

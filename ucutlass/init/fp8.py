@@ -74,3 +74,21 @@ def dequantised(node) -> Dequantised | None:
             continue
         return Dequantised(q, scale, bm)
     return None
+
+
+def bias_cast(node) -> tuple | None:
+    """``(bias, add, cast)`` when the f32 ``mm`` ``node`` is used only by ``+ bias`` (``[N]``, bf16 or f16) and that
+    only by ``.to(the bias dtype)`` (``CuBLASRefBlockwiseGemm``'s ``(y + bias).to(output_dtype)``): the gemm's
+    epilogue computes both (acc + bias in f32, rounded once, as the reference). Else None."""
+    users = list(node.users)
+    if len(users) != 1 or _packet(users[0]) != "add" or len(users[0].args) != 2 or users[0].args[0] is not node \
+            or users[0].kwargs.get("alpha", 1) != 1:
+        return None
+    add, bias = users[0], users[0].args[1]
+    bv = _val(bias) if hasattr(bias, "meta") else None
+    casts = list(add.users)
+    if bv is None or bv.dim() != 1 or bv.shape[0] != _val(node).shape[1] or str(bv.dtype) not in (
+            "torch.bfloat16", "torch.float16") or len(casts) != 1 or _packet(casts[0]) != "_to_copy" \
+            or casts[0].kwargs.get("dtype") != bv.dtype:
+        return None
+    return bias, add, casts[0]

@@ -202,6 +202,8 @@ class Translator:
         self.kernels: list[KernelSpec] = []
         self.kernel_flops = 0
         self.total_flops = 0
+        #: nodes a kernel's epilogue computes (node → the kernel call's node, whose name they take)
+        self.fused: dict[Any, Any] = {}
 
     def _changes_with_workload(self, nodes: list, others: list[Capture]):
         """Raise: no other capture has the graph's ops (a Python loop over an axis, L2_045's ``for b in
@@ -270,6 +272,8 @@ class Translator:
                 returns = [self.fmt(o) for o in outs]
             elif node.op == "get_attr":  # a tensor constant of the reference (`x[:, -1] = 0`'s 0): one number
                 self.names[node] = self._constant(node)
+            elif node in self.fused:  # computed by an earlier kernel's epilogue: its result's name
+                self.names[node] = self.names[self.fused[node]]
             elif node.op == "call_function":
                 self.names[node] = self.fresh(node.name)
                 self.node(node)
@@ -448,7 +452,7 @@ class Translator:
     def _fp8(self, node, a, b, shape: tuple, flops: int) -> bool:
         """An f32 ``mm`` of two blockwise-dequantised FP8 operands (a: 1x128 blocks, b read through ``.t()``:
         128x128 blocks): one blockwise-scaled FP8 gemm call on the FP8 tensors and their scales. False: not that."""
-        from .fp8 import BLOCK_K, dequantised
+        from .fp8 import BLOCK_K, bias_cast, dequantised
 
         if _val(a).dtype != _val(b).dtype or _dtype_name(_val(a).dtype) != "float32":
             return False
@@ -461,7 +465,10 @@ class Translator:
         dtype = UCUT_DTYPES[_dtype_name(_val(da.q).dtype)]
         if UCUT_DTYPES[_dtype_name(_val(db.q).dtype)] != dtype:
             return False
-        found = self._kernel(KernelSpec("", False, dtype, "f32", True, scaled=True), shape)
+        fused = bias_cast(node)  # (y + bias).to(out): acc + bias in f32 rounded once by the epilogue, as the reference
+        bias, out = (fused[0], UCUT_DTYPES[_dtype_name(_val(fused[0]).dtype)]) if fused else (None, "f32")
+        self.fused.update({n: node for n in (fused or ())[1:]})
+        found = self._kernel(KernelSpec("", False, dtype, out, True, bias is not None, scaled=True), shape)
 
         def operand(x):
             text = self.fmt(x)
@@ -469,6 +476,8 @@ class Translator:
 
         self.kernel_flops += flops
         args = ", ".join(operand(x) for x in (da.q, db.q, da.scale, db.scale))
+        if bias is not None:
+            args += f", bias={self.fmt(bias)}"
         self.emit(node, f"{found.name}({args})", "kernel")
         return True
 
