@@ -165,11 +165,11 @@ def test_a_graph_that_changes_with_the_workload_is_one_message():
 def test_a_blockwise_dequantised_fp8_matmul_is_a_blockwise_fp8_kernel_and_passes_emulated():
     """SOL-ExecBench's FP8 references multiply the dequantised f32 tensors (1x128 activation blocks, 128x128 weight
     blocks): init calls a blockwise-scaled FP8 gemm on the e4m3 tensors and their scales instead of 3xTF32 on the f32
-    copies (the dequantisation steps drop out); the program passes the emulated grade."""
+    copies (the dequantisation steps and the cast drop out); the program passes the emulated grade."""
     p = problem("tiny_fp8_blockwise")
     result = init_program(p)
     text = result.text
-    assert "a : f8e4m3[M, K] row   b : f8e4m3[N, K] row   d : f32[M, N] row" in text
+    assert "a : f8e4m3[M, K] row   b : f8e4m3[N, K] row   d : bf16[M, N] row" in text  # .to(bf16): the epilogue's
     assert "scale_a : f32[M, K/128] row   scale_b : f32[N/128, K/128] row" in text
     assert "3xtf32" not in text and "mul" not in text.split("pipeline")[1]  # no dequantising step left
     assert result.flop_share == 1.0

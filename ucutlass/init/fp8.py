@@ -77,18 +77,24 @@ def dequantised(node) -> Dequantised | None:
 
 
 def bias_cast(node) -> tuple | None:
-    """``(bias, add, cast)`` when the f32 ``mm`` ``node`` is used only by ``+ bias`` (``[N]``, bf16 or f16) and that
-    only by ``.to(the bias dtype)`` (``CuBLASRefBlockwiseGemm``'s ``(y + bias).to(output_dtype)``): the gemm's
-    epilogue computes both (acc + bias in f32, rounded once, as the reference). Else None."""
+    """``(bias or None, [fused nodes], out dtype)`` when the f32 ``mm`` ``node`` is used only by ``.to(bf16/f16)``,
+    or only by ``+ bias`` (``[N]``, bf16 or f16) used only by ``.to(the bias dtype)`` (``CuBLASRefBlockwiseGemm``'s
+    ``(y + bias).to(output_dtype)``): the gemm's epilogue computes them (acc + bias in f32, rounded once, as the
+    reference). Else None."""
+    import torch
+
     users = list(node.users)
+    if len(users) == 1 and _packet(users[0]) == "_to_copy" and users[0].kwargs.get("dtype") in (torch.bfloat16,
+                                                                                                torch.float16):
+        return None, [users[0]], users[0].kwargs["dtype"]
     if len(users) != 1 or _packet(users[0]) != "add" or len(users[0].args) != 2 or users[0].args[0] is not node \
             or users[0].kwargs.get("alpha", 1) != 1:
         return None
     add, bias = users[0], users[0].args[1]
     bv = _val(bias) if hasattr(bias, "meta") else None
     casts = list(add.users)
-    if bv is None or bv.dim() != 1 or bv.shape[0] != _val(node).shape[1] or str(bv.dtype) not in (
-            "torch.bfloat16", "torch.float16") or len(casts) != 1 or _packet(casts[0]) != "_to_copy" \
+    if bv is None or bv.dim() != 1 or bv.shape[0] != _val(node).shape[1] or bv.dtype not in (
+            torch.bfloat16, torch.float16) or len(casts) != 1 or _packet(casts[0]) != "_to_copy" \
             or casts[0].kwargs.get("dtype") != bv.dtype:
         return None
-    return bias, add, casts[0]
+    return bias, [add, casts[0]], bv.dtype

@@ -466,8 +466,8 @@ class Translator:
         if UCUT_DTYPES[_dtype_name(_val(db.q).dtype)] != dtype:
             return False
         fused = bias_cast(node)  # (y + bias).to(out): acc + bias in f32 rounded once by the epilogue, as the reference
-        bias, out = (fused[0], UCUT_DTYPES[_dtype_name(_val(fused[0]).dtype)]) if fused else (None, "f32")
-        self.fused.update({n: node for n in (fused or ())[1:]})
+        bias, out = (fused[0], UCUT_DTYPES[_dtype_name(fused[2])]) if fused else (None, "f32")
+        self.fused.update({n: node for n in (fused[1] if fused else ())})
         found = self._kernel(KernelSpec("", False, dtype, out, True, bias is not None, scaled=True), shape)
 
         def operand(x):
