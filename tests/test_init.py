@@ -119,3 +119,96 @@ def test_rope_positions_from_arange_are_written_and_pass_emulated():
     assert "1.0 / pow_1" in text
     assert not [line for line in text.splitlines() if "device" in line.split("#")[0]]  # code, not the comments
     assert check_program(text, p) == (True, "PASSED")
+
+
+def test_fp8_quantisation_steps_and_unbind_are_written_and_pass_emulated():
+    """`.to(torch.float8_e4m3fn)` has a pipeline spelling (Quant_001/007/016/017 stopped at it), aten.unbind is a
+    view with several results; the dequantised f32 matmul runs in a kernel (3xTF32) and the program passes."""
+    p = problem("tiny_fp8_quant")
+    result = init_program(p)
+    text = result.text
+    assert ".to(torch.float8_e4m3fn)" in text and ".unbind(" in text
+    assert result.flop_share == 1.0
+    assert check_program(text, p) == (True, "PASSED")
+
+
+def test_a_causal_mask_of_minus_inf_is_written_and_passes_emulated():
+    """L2_062's causal mask: torch.full(…, -inf) (a factory) and torch.triu; -inf is spelled -torch.inf."""
+    p = problem("tiny_causal_mask")
+    text = init_program(p).text
+    assert "torch.full([seq, seq], -torch.inf)" in text and "torch.triu(full, 1)" in text
+    parse("kernel k : gemm { a : bf16[M, K] row  b : bf16[K, N] row  d : bf16[M, N] row }\n"
+          "pipeline p { m = x.masked_fill(mask, -torch.inf)  n = m + torch.nan  return n }", "x.ucut")
+    assert check_program(text, p) == (True, "PASSED")
+
+
+def test_a_reference_that_writes_in_place_is_captured_functionalized_and_passes_emulated():
+    """`ids[:, -1] = 0` after torch.roll (L1_057): captured out of place (select_scatter), the 0 constant as a number,
+    the embedding lookup `table[ids]` as an index step; no in-place op in the program."""
+    p = problem("tiny_in_place")
+    cap = capture(p)
+    assert not any(str(n.target).split(".")[1].endswith("_") for n in cap.graph.graph.nodes
+                   if n.op == "call_function")
+    text = init_program(p).text
+    assert "torch.roll(ids, [-1], [-1])" in text and "torch.select_scatter(roll, fill, 1, -1)" in text
+    assert "table[select_scatter]" in text
+    assert check_program(text, p) == (True, "PASSED")
+
+
+def test_a_graph_that_changes_with_the_workload_is_one_message():
+    """A Python loop over an axis (L2_045's per-batch index_copy_) unrolls to a graph per workload: init says so
+    (naming the reference line) instead of writing a program right at one workload only."""
+    with pytest.raises(InitError, match=r"ops change with the workload from reference line 5 .*batch=2.*loop"):
+        init_program(problem("tiny_loop"))
+
+
+def test_a_blockwise_dequantised_fp8_matmul_is_a_blockwise_fp8_kernel_and_passes_emulated():
+    """SOL-ExecBench's FP8 references multiply the dequantised f32 tensors (1x128 activation blocks, 128x128 weight
+    blocks): init calls a blockwise-scaled FP8 gemm on the e4m3 tensors and their scales instead of 3xTF32 on the f32
+    copies (the dequantisation steps and the cast drop out); the program passes the emulated grade."""
+    p = problem("tiny_fp8_blockwise")
+    result = init_program(p)
+    text = result.text
+    assert "a : f8e4m3[M, K] row   b : f8e4m3[N, K] row   d : bf16[M, N] row" in text  # .to(bf16): the epilogue's
+    assert "scale_a : f32[M, K/128] row   scale_b : f32[N/128, K/128] row" in text
+    assert "3xtf32" not in text and "mul" not in text.split("pipeline")[1]  # no dequantising step left
+    assert result.flop_share == 1.0
+    assert check_program(text, p) == (True, "PASSED")
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_the_blockwise_fp8_program_init_writes_compiles_and_passes_the_grader(tmp_path, capsys):
+    """On the GPU: the blockwise-scaled FP8 gemm init declares for tiny_fp8_blockwise builds with nvcc and the
+    pipeline passes `ucutlass grade` against the reference (one compile)."""
+    out = tmp_path / "init.ucut"
+    assert main(["init", str(DATA / "tiny_fp8_blockwise"), "-o", str(out), "--no-check"]) == 0
+    code = main(["grade", str(out), str(DATA / "tiny_fp8_blockwise"), "--pick", "gemm0.tile=128x128x128",
+                 "--pick", "gemm0.schedule=cooperative", "--timeout", "600"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err
+
+
+def test_the_fp8_gemms_bias_and_cast_go_to_its_epilogue(tmp_path):
+    """`(y + bias).to(torch.bfloat16)` after the dequantised matmul (CuBLASRefBlockwiseGemm, Quant_001): d is bf16
+    with the bias in the epilogue (acc + bias in f32, rounded once, as the reference); the program passes."""
+    import json
+    import shutil
+
+    folder = tmp_path / "tiny_fp8_blockwise_bias"
+    shutil.copytree(DATA / "tiny_fp8_blockwise", folder)
+    d = json.loads((folder / "definition.json").read_text())
+    d["name"] = folder.name
+    d["inputs"]["bias"] = {"shape": [128], "dtype": "bfloat16"}
+    d["reference"] = d["reference"].replace("def run(x, w):", "def run(x, w, bias):").replace(
+        "return (a @ b.T).to(torch.bfloat16)", "return ((a @ b.T) + bias).to(torch.bfloat16)")
+    (folder / "definition.json").write_text(json.dumps(d))
+    lines = [json.loads(line) for line in (folder / "workload.jsonl").read_text().splitlines()]
+    for w in lines:
+        w["inputs"]["bias"] = {"type": "random"}
+    (folder / "workload.jsonl").write_text("".join(json.dumps(w) + "\n" for w in lines))
+    p = find_problem(str(folder))
+    text = init_program(p).text
+    assert "d : bf16[M, N] row" in text and "epilogue { bias : bf16[N]   d = acc + bias }" in text
+    assert "bias=bias)" in text and text.rstrip().endswith("return mm\n}")  # no torch step after the gemm
+    assert check_program(text, p) == (True, "PASSED")

@@ -66,6 +66,12 @@ def _LineMode(filename: str):  # noqa: N802 - reads as the mode it makes
     return _line_mode(filename)
 
 
+def _mutates(node) -> bool:
+    """Whether a graph node writes into a tensor (an in-place aten op: ``fill_``, ``index_copy_``, ``copy_``)."""
+    schema = getattr(node.target, "_schema", None)
+    return node.op == "call_function" and schema is not None and schema.is_mutable
+
+
 def other_workloads(problem, first, count: int = 2) -> list:
     """Up to ``count`` more workloads to capture besides ``first``: each the one whose var axes take the most values
     not seen yet (so every integer of the graph that follows an axis changes between captures)."""
@@ -145,6 +151,10 @@ def capture(problem, workload=None) -> Capture:
     try:
         with torch.no_grad(), fx_traceback.preserve_node_meta(), _LineMode(f"<{problem.id} reference>"):
             gm = make_fx(fn, tracing_mode="fake")(*fakes)
+            if any(_mutates(n) for n in gm.graph.nodes):  # `x[:, -1] = 0`, `y[b].index_copy_(…)`: out of place
+                from torch.func import functionalize
+
+                gm = make_fx(functionalize(fn, remove="mutations"), tracing_mode="fake")(*fakes)
     except Exception as e:  # the reference is data; any failure is a message, never a traceback
         text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         data = any(w in text for w in ("data-dependent", "DataDependent", "DynamicOutputShape", "item()", "nonzero", "Unbacked",

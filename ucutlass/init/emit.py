@@ -25,6 +25,9 @@ def search_space(spec: KernelSpec) -> list[str]:
         return ["math = 3xtf32", "tile = {128x128x32, 128x64x32, 64x128x32, 64x64x32}"]
     k = TILE_K[spec.dtype]
     m = max(s[0] for s in spec.shapes)
+    if spec.scaled:  # blockwise FP8: tile K = the 128 K block, cooperative or pingpong (sm90.blockwise-*)
+        tiles = [f"128x128x{k}", f"64x128x{k}"] + ([f"128x256x{k}"] if max(s[1] for s in spec.shapes) > 128 else [])
+        return [f"tile = {{{', '.join(tiles)}}}", "schedule = {cooperative, pingpong}"]
     n = max(s[1] for s in spec.shapes)
     tiles = [f"128x128x{k}"]
     if n > 128 and spec.dtype != "f32":
@@ -52,6 +55,8 @@ def kernel_text(spec: KernelSpec, bindings: dict[str, str] | None = None) -> str
     shapes = ", ".join(f"{m}x{n}x{k}" for m, n, k in dict.fromkeys(spec.shapes))
     lines = [f"# M x N x K at the captured workload: {shapes}", f"kernel {spec.name} : gemm {{",
              "  " + "   ".join(body)]
+    if spec.scaled:  # a 1x128 block scale per row of a, a 128x128 block scale of b (docs/DSL.md, FP8)
+        lines.append("  scale_a : f32[M, K/128] row   scale_b : f32[N/128, K/128] row")
     lines += ["  " + line for line in search_space(spec)]
     if spec.bias:
         dt = spec.out

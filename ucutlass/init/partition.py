@@ -20,7 +20,8 @@ from .capture import Capture, InitError
 UCUT_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float8_e4m3fn": "f8e4m3",
                "float8_e5m2": "f8e5m2"}
 TORCH_CONSTANTS = {"bfloat16": "torch.bfloat16", "float16": "torch.float16", "float32": "torch.float32",
-                   "int32": "torch.int32", "int64": "torch.int64", "bool": "torch.bool"}
+                   "int32": "torch.int32", "int64": "torch.int64", "bool": "torch.bool",
+                   "float8_e4m3fn": "torch.float8_e4m3fn", "float8_e5m2": "torch.float8_e5m2"}
 
 
 @dataclass
@@ -30,7 +31,8 @@ class KernelSpec:
     Attributes:
         name: its name in the file; ``batched``: operands carry a batch dim ``B`` (``bmm``).
         dtype: a and b element type (`.ucut` spelling); ``out``: d's; ``b_nk``: b declared ``[N, K]`` (a Linear
-            weight), else ``[K, N]``; ``bias``: an ``[N]`` bias in the epilogue (``addmm``).
+            weight), else ``[K, N]``; ``bias``: an ``[N]`` bias in the epilogue (``addmm``); ``scaled``: FP8 a and
+            b with blockwise scales ``scale_a : f32[M, K/128]``, ``scale_b : f32[N/128, K/128]`` (:mod:`.fp8`).
         shapes: (M, N, K) at the captured workload (sizes the search space); ``flops``: 2·M·N·K·batch per call.
     """
 
@@ -41,9 +43,10 @@ class KernelSpec:
     b_nk: bool
     bias: bool = False
     shapes: list = field(default_factory=list)
+    scaled: bool = False
 
     def key(self) -> tuple:
-        return (self.batched, self.dtype, self.out, self.b_nk, self.bias)
+        return (self.batched, self.dtype, self.out, self.b_nk, self.bias, self.scaled)
 
 
 @dataclass
@@ -139,8 +142,12 @@ FUNCTIONS = {"relu": "F.relu", "silu": "F.silu", "sigmoid": "torch.sigmoid", "ta
              "clamp": "torch.clamp", "pow": "torch.pow", "square": "torch.square", "cat": "torch.cat",
              "stack": "torch.stack", "mean": "torch.mean", "sum": "torch.sum", "amax": "torch.amax",
              "amin": "torch.amin", "cumsum": "torch.cumsum", "gather": "torch.gather",
-             "index_select": "torch.index_select", "softplus": "F.softplus", "constant_pad_nd": "F.pad"}
+             "index_select": "torch.index_select", "softplus": "F.softplus", "constant_pad_nd": "F.pad",
+             "triu": "torch.triu", "tril": "torch.tril", "roll": "torch.roll", "index_copy": "torch.index_copy",
+             "select_scatter": "torch.select_scatter", "slice_scatter": "torch.slice_scatter"}
 MATMUL = {"mm", "addmm", "bmm", "baddbmm"}
+#: The text of a number (a tensor constant of the graph written by :meth:`Translator._constant`).
+NUMBER = re.compile(r"-?(torch\.inf|torch\.nan|[0-9.]+(e[+-]?[0-9]+)?)|True|False")
 
 
 #: Words a step may not be named (keywords, roots of dotted names).
@@ -174,12 +181,20 @@ class Translator:
         nodes = list(cap.graph.graph.nodes)
         same = [o for o in others if len(list(o.graph.graph.nodes)) == len(nodes) and all(
             a.target == b.target for a, b in zip(nodes, o.graph.graph.nodes))]
+        if others and not same:
+            self._changes_with_workload(nodes, others)
         self.pairs: dict[Any, list] = {n: [] for n in nodes}
         for o in same:
             for n, m in zip(nodes, o.graph.graph.nodes):
                 self.pairs[n].append(m)
+        # A var axis no tensor has (Quant_001's batch_size, seq_len: only num_tokens is a dim) is unknown when the
+        # pipeline runs (axes are read from shapes): write the expr axes the tensors have instead.
+        shaped = {str(d) for spec in (*problem.inputs.values(), *problem.outputs.values()) if spec.shape
+                  for d in spec.shape if not str(d).isdigit()}
+        kinds = ("var", "expr") if any(a.kind == "var" and n not in shaped for n, a in problem.axes.items()) \
+            else ("var",)
         var = {n: (cap.axes[n], *(o.axes[n] for o in same)) for n, a in problem.axes.items()
-               if a.kind == "var" and n in cap.axes}
+               if a.kind in kinds and n in cap.axes and n in shaped}
         consts = {n: a.value for n, a in problem.axes.items() if a.kind == "const" and a.value is not None}
         self.sym = symbolize(var, consts)
         self.names: dict[Any, str] = {}
@@ -187,6 +202,22 @@ class Translator:
         self.kernels: list[KernelSpec] = []
         self.kernel_flops = 0
         self.total_flops = 0
+        #: nodes a kernel's epilogue computes (node → the kernel call's node, whose name they take)
+        self.fused: dict[Any, Any] = {}
+
+    def _changes_with_workload(self, nodes: list, others: list[Capture]):
+        """Raise: no other capture has the graph's ops (a Python loop over an axis, L2_045's ``for b in
+        range(batch_size)``): a program written at one workload would be wrong at the others."""
+        other = list(others[0].graph.graph.nodes)
+        at = next((i for i, (a, b) in enumerate(zip(nodes, other)) if a.target != b.target), min(len(nodes), len(other)))
+        line = _ref_line(nodes[min(at, len(nodes) - 1)], self.problem.id)
+        where = f" from reference line {line}" if line else ""
+        raise InitError(f"{self.problem.id}: the graph's ops change with the workload{where} ({len(nodes)} ops at "
+                        f"{self._var(self.cap)}, {len(other)} at {self._var(others[0])}): a Python loop over an axis "
+                        "or a branch on a shape; a program written at one workload would be wrong at the others")
+
+    def _var(self, cap: Capture) -> str:
+        return ", ".join(f"{n}={v}" for n, v in cap.axes.items() if self.problem.axes[n].kind == "var")
 
     # --- values --------------------------------------------------------------------------------------
 
@@ -205,8 +236,10 @@ class Translator:
             names = [n for n, v in self.cap.scalars.items() if isinstance(v, float) and v == a]
             if len(names) == 1:
                 return names[0]
-            if a != a or abs(a) == float("inf"):
-                self._bad(f"the constant {a}")
+            if a != a:
+                return "torch.nan"
+            if abs(a) == float("inf"):
+                return "torch.inf" if a > 0 else "-torch.inf"
             return repr(a)
         if isinstance(a, (list, tuple)):
             bs = [o for o in b if isinstance(o, (list, tuple)) and len(o) == len(a)]
@@ -237,12 +270,28 @@ class Translator:
                 outs = node.args[0]
                 outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
                 returns = [self.fmt(o) for o in outs]
+            elif node.op == "get_attr":  # a tensor constant of the reference (`x[:, -1] = 0`'s 0): one number
+                self.names[node] = self._constant(node)
+            elif node in self.fused:  # computed by an earlier kernel's epilogue: its result's name
+                self.names[node] = self.names[self.fused[node]]
             elif node.op == "call_function":
                 self.names[node] = self.fresh(node.name)
                 self.node(node)
             else:
                 raise InitError(f"{self.problem.id}: the graph has a {node.op} node ({node.target})")
         return Partition(_live(self.steps, returns), self.kernels, returns, self.kernel_flops, self.total_flops)
+
+    def _constant(self, node) -> str:
+        """The text of a one-element tensor constant the graph holds (written as its number)."""
+        value = getattr(self.cap.graph, str(node.target), None)
+        try:
+            number = value.item() if value is not None and value.numel() == 1 else None
+        except Exception:  # noqa: BLE001 - a fake tensor has no value
+            number = None
+        if number is None:
+            raise InitError(f"{self.problem.id}: the graph holds a tensor constant ({node.target}) "
+                            "a pipeline cannot spell")
+        return self.fmt(number)
 
     def fresh(self, name: str) -> str:
         """A step name: the node's, without leading ``_``, renamed where it is a problem input, an axis, a
@@ -265,12 +314,13 @@ class Translator:
         kw = node.kwargs
         if packet in MATMUL:
             return self.matmul(node, packet)
-        if packet in ("split", "split_with_sizes"):
+        if packet in ("split", "split_with_sizes", "unbind"):
             parts = [self.fresh(f"{node.name}_{i}") for i in range(len(_val(node)))]
             for i, name in enumerate(parts):
                 self.names[(node, i)] = name
             self.names[node] = ", ".join(parts)
-            return self.emit(node, f"{a[0]}.split({', '.join(a[1:])})", "view")
+            method = "unbind" if packet == "unbind" else "split"
+            return self.emit(node, f"{a[0]}.{method}({', '.join(a[1:])})", "view")
         if op == "getitem" and isinstance(x, type(node)) and (x, node.args[1]) in self.names:
             self.names[node] = self.names[(x, node.args[1])]
             return
@@ -316,9 +366,16 @@ class Translator:
             keep = ", keepdim=True" if (len(node.args) > 2 and node.args[2]) or kw.get("keepdim") else ""
             dtype = f", dtype={self.fmt(kw['dtype'])}" if kw.get("dtype") is not None else ""
             return self.emit(node, f"{FUNCTIONS[packet]}({a[0]}, {a[1]}{keep}{dtype})", "torch")
-        if packet == "arange":  # a factory: made on the inputs' device (device=, layout=, pin_memory= dropped)
+        if packet == "fill":  # the out-of-place fill of a functionalized `x[…] = v` (v a number or a constant)
+            if isinstance(node.args[1], type(node)) and not NUMBER.fullmatch(a[1]):
+                self._unplaced(node, op)  # filled with a tensor the reference computes
+            return self.emit(node, f"torch.full_like({a[0]}, {a[1]})", "torch")
+        if packet == "index" and len(node.args) == 2:  # x[idx] (advanced indexing; None: a whole dim)
+            idx = ", ".join(":" if i is None else self.fmt(i) for i in node.args[1])
+            return self.emit(node, f"{a[0]}[{idx}]", "torch")
+        if packet in ("arange", "full"):  # factories: made on the inputs' device (device=, layout=, pin_memory= dropped)
             dtype = [f"dtype={self.fmt(kw['dtype'])}"] if kw.get("dtype") is not None else []
-            return self.emit(node, f"torch.arange({', '.join(a + dtype)})", "torch")
+            return self.emit(node, f"torch.{packet}({', '.join(a + dtype)})", "torch")
         if packet in FUNCTIONS:
             extra = [f"{k}={self.fmt(v)}" for k, v in kw.items() if k not in ("memory_format",)]
             return self.emit(node, f"{FUNCTIONS[packet]}({', '.join(a + extra)})", "torch")
@@ -349,6 +406,8 @@ class Translator:
         self.total_flops += flops
         if k == 1 and not bias:  # an outer product (RoPE's inv_freq × positions): a broadcast multiply, exact
             return self.emit(node, f"{self.fmt(a)} * {self.fmt(b)}", "torch")
+        if not batched and not bias and self._fp8(node, a, b, (m, n, k), flops):
+            return
         dtype = UCUT_DTYPES.get(_dtype_name(av.dtype))
         out = UCUT_DTYPES.get(_dtype_name(dv.dtype))
         if dtype is None or out is None or _dtype_name(bv.dtype) != _dtype_name(av.dtype) or dtype.startswith("f8"):
@@ -368,13 +427,7 @@ class Translator:
             src, b_nk = b.args[0], True
         transpose_b = dtype == "f32" and not b_nk  # tf32 needs both operands K-major (sm90.tf32-k-major)
         b_nk = b_nk or transpose_b
-        spec = KernelSpec("", batched, dtype, out, b_nk, bias)
-        found = next((kk for kk in self.kernels if kk.key() == spec.key()), None)
-        if found is None:
-            spec.name = f"{'bmm' if batched else 'gemm'}{len(self.kernels)}"
-            self.kernels.append(spec)
-            found = spec
-        found.shapes.append((m, n, k))
+        found = self._kernel(KernelSpec("", batched, dtype, out, b_nk, bias), (m, n, k))
 
         def operand(x):
             text = self.fmt(x)
@@ -385,6 +438,48 @@ class Translator:
             call.append(f"bias={self.fmt(bias_node)}")
         self.kernel_flops += flops
         self.emit(node, f"{found.name}({', '.join(call)})", "kernel")
+
+    def _kernel(self, spec: KernelSpec, shape: tuple) -> KernelSpec:
+        """The declared kernel with ``spec``'s key (declared now if new), with ``shape`` (M, N, K) added."""
+        found = next((kk for kk in self.kernels if kk.key() == spec.key()), None)
+        if found is None:
+            spec.name = f"{'bmm' if spec.batched else 'gemm'}{len(self.kernels)}"
+            self.kernels.append(spec)
+            found = spec
+        found.shapes.append(shape)
+        return found
+
+    def _fp8(self, node, a, b, shape: tuple, flops: int) -> bool:
+        """An f32 ``mm`` of two blockwise-dequantised FP8 operands (a: 1x128 blocks, b read through ``.t()``:
+        128x128 blocks): one blockwise-scaled FP8 gemm call on the FP8 tensors and their scales. False: not that."""
+        from .fp8 import BLOCK_K, bias_cast, dequantised
+
+        if _val(a).dtype != _val(b).dtype or _dtype_name(_val(a).dtype) != "float32":
+            return False
+        if getattr(b, "op", None) != "call_function" or \
+                getattr(b.target.overloadpacket, "__name__", "") not in ("t", "permute", "transpose"):
+            return False
+        da, db = dequantised(a), dequantised(b.args[0])
+        if da is None or db is None or da.block_rows != 1 or db.block_rows != BLOCK_K:
+            return False
+        dtype = UCUT_DTYPES[_dtype_name(_val(da.q).dtype)]
+        if UCUT_DTYPES[_dtype_name(_val(db.q).dtype)] != dtype:
+            return False
+        fused = bias_cast(node)  # (y + bias).to(out): acc + bias in f32 rounded once by the epilogue, as the reference
+        bias, out = (fused[0], UCUT_DTYPES[_dtype_name(fused[2])]) if fused else (None, "f32")
+        self.fused.update({n: node for n in (fused[1] if fused else ())})
+        found = self._kernel(KernelSpec("", False, dtype, out, True, bias is not None, scaled=True), shape)
+
+        def operand(x):
+            text = self.fmt(x)
+            return text if _val(x).is_contiguous() else f"{text}.contiguous()"
+
+        self.kernel_flops += flops
+        args = ", ".join(operand(x) for x in (da.q, db.q, da.scale, db.scale))
+        if bias is not None:
+            args += f", bias={self.fmt(bias)}"
+        self.emit(node, f"{found.name}({args})", "kernel")
+        return True
 
     def _torch_matmul(self, node, packet: str) -> None:
         """A matmul no kernel family computes in its dtypes: left to torch (its FLOPs stay outside kernels)."""

@@ -23,7 +23,7 @@ class TorchOp:
         spelling: as written in `.ucut` (``torch.nn.functional.rms_norm``; a method: ``reshape``).
         kind: ``"view"`` (no data moves where strides allow) or ``"torch"`` (a torch kernel computes).
         group: what it is for (``norm``, ``softmax``, ``elementwise``, ``rope``, ``routing``, ``shape``, ``reduce``,
-            ``factory``: a tensor from numbers alone, :data:`FACTORIES`),
+            ``mask``, ``factory``: a tensor from numbers alone, :data:`FACTORIES`),
             for the card and the reports.
     """
 
@@ -52,12 +52,15 @@ TORCH_FUNCTIONS: dict[str, TorchOp] = {
     **_ops("torch", "reduce", "torch.sum", "torch.mean", "torch.amax", "torch.amin", "torch.cumsum"),
     **_ops("torch", "routing", "torch.gather", "torch.index_select", "torch.index_add", "torch.scatter_add",
            "torch.take_along_dim", "torch.topk", "torch.argsort", "torch.sort", "torch.repeat_interleave",
-           "torch.cat", "torch.stack", "torch.zeros_like", "torch.ones_like"),
-    **_ops("torch", "shape", "torch.nn.functional.pad"),
-    **_ops("torch", "factory", "torch.arange"),  # made on the inputs' device (FACTORIES)
+           "torch.cat", "torch.stack", "torch.zeros_like", "torch.ones_like", "torch.full_like",
+           # out of place, as init writes a functionalized `x[b].index_copy_(…)` / `x[:, -1] = 0`:
+           "torch.index_copy", "torch.select_scatter", "torch.slice_scatter"),
+    **_ops("torch", "shape", "torch.nn.functional.pad", "torch.roll"),
+    **_ops("torch", "mask", "torch.triu", "torch.tril"),  # a causal mask: torch.triu(torch.full(…, -torch.inf), 1)
+    **_ops("torch", "factory", "torch.arange", "torch.full"),  # made on the inputs' device (FACTORIES)
     **_ops("view", "shape", "torch.reshape", "torch.transpose", "torch.permute", "torch.flatten",
            "torch.unflatten", "torch.unsqueeze", "torch.squeeze", "torch.narrow", "torch.chunk", "torch.split",
-           "torch.movedim"),
+           "torch.movedim", "torch.unbind"),
 }
 
 #: Functions that make a tensor from numbers alone (``torch.arange(seq_len)``: RoPE positions). A pipeline cannot
@@ -67,7 +70,7 @@ FACTORIES: frozenset[str] = frozenset(n for n, op in TORCH_FUNCTIONS.items() if 
 #: Tensor methods (``x.reshape(…)``) by name.
 TENSOR_METHODS: dict[str, TorchOp] = {
     **_ops("view", "shape", "reshape", "view", "transpose", "permute", "flatten", "unflatten", "unsqueeze",
-           "squeeze", "narrow", "chunk", "split", "t", "expand", "movedim", "view_as"),
+           "squeeze", "narrow", "chunk", "split", "t", "expand", "movedim", "view_as", "unbind"),
     **_ops("torch", "shape", "contiguous", "repeat", "repeat_interleave"),
     **_ops("torch", "dtype", "to", "float", "bfloat16", "half", "type_as"),
     **_ops("torch", "elementwise", "pow", "sigmoid", "exp", "rsqrt", "sqrt", "neg", "abs", "clamp", "masked_fill",
@@ -93,6 +96,8 @@ CONSTANTS: dict[str, str] = {
     # FP8 (a quantisation step's `.to(torch.float8_e4m3fn)` before a kernel's f8e4m3 operand: the conversion rounds
     # to nearest even and gives NaN past ±448 for e4m3, so clamp first, as SOL-ExecBench's BlockwiseScaler does).
     "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2",
+    # The floats a number cannot spell (numbers are finite): a causal mask's `masked_fill(mask, -torch.inf)`.
+    "torch.inf": "inf", "torch.nan": "nan",
 }
 #: Plain names with a fixed value (True, False, None).
 LITERALS: dict[str, Any] = {"True": True, "False": False, "None": None}
