@@ -66,7 +66,7 @@ def template_values(kernel: AttentionKernel, source_file: str = "<string>") -> d
         "bias_batched": bias is not None and bias.dims[0] == "B",
         # a non-persistent kernel reads a CTA's batch from blockIdx: one bias pointer, launches may overlap
         # the soft cap's tanh (templates/sm90_fmha.cu.j2 fast_tanh): "approx", "exp" or "libm"
-        "tanh_impl": "approx",
+        "tanh_impl": "libm",
         "batch_from_grid": bias is not None and bias.dims[0] == "B" and not persistent,
         "bias_element": CPP_ELEMENT[bias.dtype] if bias is not None else "",
         "ptr_bias": abi.ptr_names.index("bias") if bias is not None else -1,

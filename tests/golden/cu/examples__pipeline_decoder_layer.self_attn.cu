@@ -51,10 +51,14 @@ struct VariantParams {
 static __device__ VariantParams g_variant;
 __global__ void ucut_set_variant(VariantParams vp) { g_variant = vp; }
 
-// tanh(x) = 1 - 2 / (e^2x + 1) with the fast exp and reciprocal (MUFU.EX2, MUFU.RCP): absolute error about 1e-6
-// for every x (e^2x = inf gives 1, 0 gives -1), a fraction of tanhf's instructions. Times the cap c it is far below
-// a bf16 score's rounding step.
-CUTLASS_DEVICE float fast_tanh(float x) { return 1.f - __fdividef(2.f, __expf(2.f * x) + 1.f); }
+// The soft cap's tanh, one of three (tanh_impl; codegen/attention.py picks it, scripts/softcap_probe.py measures them):
+// "approx": tanh.approx.f32, one MUFU.TANH (sm75+; max relative error 2^-10.99, PTX ISA), as FlashAttention's softcap;
+//           not `asm volatile` (cutlass::fast_tanh's), so the compiler may schedule it with the arithmetic around it;
+// "exp":    1 - 2 / (e^2x + 1) with the fast exp and reciprocal (MUFU.EX2, MUFU.RCP), absolute error about 1e-6;
+// "libm":   tanhf.
+CUTLASS_DEVICE float fast_tanh(float x) {
+  return ::tanhf(x);
+}
 
 // ucutlass's score modifier, on the unscaled Q K^T tile of every KV block (88's softmax multiplies by the scale
 // after before_softmax): s = scale * acc; s = c * tanh(s / c); s += bias[i, j]; masks; acc = s / scale.
