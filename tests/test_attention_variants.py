@@ -70,6 +70,7 @@ def test_variants_lower_to_the_kernel_and_its_abi():
     ("", "softcap = 0", "bad-value", 5, 13),
     ("", "window = 0", "bad-value", 5, 12),
     ("", "window = 1.5", "bad-value", 5, 12),
+    ("", "window = -1", "bad-value", 5, 12),  # a syntax error in words, at the '-'
     ("  bias : bf16[Sk, Sq] <- m", "", "bad-dims", 4, 14),
     ("  bias : bf16[B, Hq, Sq, Sk] <- m", "", "bad-dims", 4, 14),
     ("  bias : i32[Sq, Sk] <- m", "", "unknown-dtype", 4, 10),
@@ -103,9 +104,11 @@ def test_render_of_the_variant_path():
     assert "using Fusion = VariantFusion;" in src
     assert "struct VariantFusion : cutlass::fmha::collective::CausalFusion" in src
     assert "cute::_128>;" in src and "constexpr int kHeadDim = 96;" in src
-    assert "masked = masked || kj < qi - 32;" in src and "::tanhf(" in src
+    assert "masked = masked || kj < qi - 32;" in src and "return ::tanhf(x);" in src  # tanh_impl libm
     assert "vp.softcap = static_cast<float>(scalars[0]);" in src
-    assert "return Plan{x.B, true};" in src and "const float* bias;" in src
+    # a per-batch bias on a non-persistent kernel: one launch, each CTA's batch (its bias) from blockIdx.y
+    assert "return Plan{R, false};" in src and "const float* bias;" in src
+    assert "p.bias + int64_t(blockIdx.y) * p.batch_stride" in src
     info = json.loads(src.split('R"UCUTINFO(')[1].split(')UCUTINFO')[0])
     assert info["ptrs"] == ["q", "k", "v", "o", "bias"] and info["scalars"] == ["softcap"]
     plain = codegen.render(one(attn(settings="mask = causal")))
@@ -252,5 +255,6 @@ def test_eager_scores_round_each_step_like_an_eager_reference():
     torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
     f32 = _run(one(attn("  softcap : f32 <- c")), q, k, v, scalars=(20.0,))
     assert (f32 - got).abs().max().item() > 1e-3  # the rounding is really applied
-    assert "s = r(r(::tanhf(r(s / p.softcap))) * p.softcap);" in codegen.render(kernel)
+    src = codegen.render(kernel)
+    assert "s = r(r(fast_tanh(r(s / p.softcap))) * p.softcap);" in src and "return ::tanhf(x);" in src
     assert ("bad-value", 5, 12) in diags(attn(settings="scores = f16"))

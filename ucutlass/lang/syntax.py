@@ -322,6 +322,11 @@ def _syntax_error(e: UnexpectedInput, text: str, file: str) -> UcutSyntaxError:
         message = f"found {_found(tok)}: {_WHEN_FORM}"
         valid = ("<=",) if "LE" in expected else ("M", "N", "K") if "NAME" in expected else valid
         code = "bad-when"
+    elif tok.type == "MINUS" and isinstance(prev, Token) and prev.type == "EQUAL":  # window = -1
+        name = stack[-2] if len(stack) >= 2 and isinstance(stack[-2], Token) else None
+        message = (f"a setting's value is never negative{f' ({str(name)!r})' if name is not None else ''}: settings "
+                   "take a name, a number, a shape or a {choice}; to turn an optional setting off, leave it out")
+        valid, code = (), "bad-value"
     elif tok.type == "LSQB":
         message = "unexpected '[': dims follow the dtype of a declaration, as in a : bf16[M, K] (declarations " \
                   "use ':', settings use '=')"
