@@ -16,16 +16,16 @@ JOBS="pipeline_decoder_layer:L2_062_decoder_complete_layer
 pipeline_fp32_concat_split:L2_030_flux_concatenated_sequence_processing_with_split
 pipeline_fp32_qkv_norm:L1_054_audio_attention_qkv_projection_with_normalization
 pipeline_fp32_flux_ffn:L1_037_flux_feedforward_gelu_approximate"
-taskset -c 0-3 timeout 270 pytest -v -p no:cacheprovider -rfE -m gpu $REPO/tests/adversarial/test_adversarial_gpu.py \
+taskset -c 0-3 timeout 250 pytest -v -p no:cacheprovider -rfE -m gpu $REPO/tests/adversarial/test_adversarial_gpu.py \
   $REPO/tests/grader/test_grader_gpu.py > /tmp/res/pytest_grader.log 2>&1 &
 [ -n "${GRADES:-}" ] && ( taskset -c 4-15 timeout 290 python3 $REPO/scripts/prebuild_programs.py --jobs 12 \
     $(for j in $JOBS; do echo $EX/${j%%:*}.ucut:${j##*:}; done) > /tmp/res/prebuild.log 2>&1 ) &
-( taskset -c 4-15 timeout 270 python3 $REPO/scripts/softcap_probe.py --out /tmp/sp --build-only > /tmp/res/softcap_build.log 2>&1 ) &
+( taskset -c 4-15 timeout 250 python3 $REPO/scripts/softcap_probe.py --out /tmp/sp --build-only > /tmp/res/softcap_build.log 2>&1 ) &
 wait
 echo "builds and grader tests done at $(el) s: prebuild $(tail -1 /tmp/res/prebuild.log); softcap $(tail -1 /tmp/res/softcap_build.log)"
 grep -E "PASSED|FAILED|ERROR" /tmp/res/pytest_grader.log | grep -v "^PASSED" | grep -E "FAILED|ERROR" | cut -c1-300
 echo "grader tests: $(grep -c ' PASSED' /tmp/res/pytest_grader.log) passed; $(tail -1 /tmp/res/pytest_grader.log)"
-timeout 90 python3 $REPO/scripts/softcap_probe.py --out $OUT > /tmp/res/softcap.log 2>&1
+timeout 70 python3 $REPO/scripts/softcap_probe.py --out $OUT > /tmp/res/softcap.log 2>&1
 echo "softcap probe rc $? at $(el) s"
 n=4
 [ -n "${GRADES:-}" ] || JOBS=""
