@@ -84,7 +84,7 @@ def test_causal_as_a_setting_hints_the_mask():
     (attn("mask = sliding"), "bad-value"),                                  # no window in the 88/77 collectives
     (attn("tiles = 128x128"), "unknown-setting"),
     (attn("tile = 128x128x64"), "bad-value"),
-    (attn("scale = -1"), "syntax"),                                         # a minus sign is no setting value
+    (attn("scale = -1"), "bad-value"),                                      # a setting value is never negative
     (attn("scale = fast"), "bad-value"),
     (attn("persistent = yes"), "bad-value"),
     (attn("schedule = warpspecialized"), "bad-value"),

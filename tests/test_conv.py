@@ -81,7 +81,7 @@ def test_one_number_is_every_spatial_dim():
     (("bias : bf16[K]", "bias : bf16[K] -> out_bias"), "bad-output", 7, 21, "f32"),
     (("  b : bf16", "  c : bf16[N, Q, K]\n  b : bf16"), "bad-dims", 3, 11, "[N, P, Q, K]"),
     (("  b : bf16", "  c : bf16[N, P, Q, K]\n  b : bf16"), "unused-input", 3, 3, None),
-    (("padding = 1x0", "padding = -1"), "syntax", 5, 28, None),
+    (("padding = 1x0", "padding = -1"), "bad-value", 5, 28, None),         # worded, not grammar jargon
 ])
 def test_bad_programs_get_positioned_errors(change, code, line, col, valid):
     diags = errors(conv_source(2).replace(*change))
