@@ -235,12 +235,17 @@ def _fmt(x: float | None, spec: str = ".4g") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def format_table(results: Iterable[WorkloadResult], *, reasons: bool = True) -> str:
-    """A plain-text table: workload, status, latency, reference, speedup, T_SOL, SOL score (and reason)."""
-    rows = [("workload", "status", "latency ms", "reference ms", "speedup", "T_SOL ms", "SOL score")]
+def format_table(results: Iterable[WorkloadResult], *, reasons: bool = True, emulated: bool = False) -> str:
+    """A plain-text table: workload, status, latency, reference, speedup, T_SOL, SOL score (and reason).
+
+    ``emulated``: the candidate was a program run as torch ops (``grade --emulate``): its latency is that of the
+    emulation on this machine, so no speedup is shown (a ratio of torch ops to torch ops says nothing of a kernel).
+    """
+    rows = [("workload", "status", "latency ms" + (" (emulated)" if emulated else ""), "reference ms", "speedup",
+             "T_SOL ms", "SOL score")]
     notes = []
     for r in results:
-        sp = f"{r.speedup:.3g}x" if r.speedup is not None else "-"
+        sp = f"{r.speedup:.3g}x" if r.speedup is not None and not emulated else "-"
         rows.append((r.label, r.status.value, _fmt(r.latency_ms), _fmt(r.reference_latency_ms), sp,
                      _fmt(r.t_sol_ms), _fmt(r.sol_score, ".3f")))
         if reasons and r.reason and r.status is not Status.PASSED:

@@ -615,8 +615,8 @@ def cmd_grade(args) -> int:
         workloads = [problem.workloads[i] for i in range(min(args.workloads, len(problem.workloads)))]
     t_sol = None
     if getattr(args, "emulate", False):
-        print("note: emulated: correctness is the program's meaning; times are of torch ops, so no T_SOL or SOL "
-              "score is given", file=sys.stderr)
+        print("note: emulated: correctness is the program's meaning; times are of torch ops, so no speedup, "
+              "T_SOL or SOL score is given", file=sys.stderr)
     elif not torch.cuda.is_available():
         print("note: grading on the CPU (no CUDA GPU): times are CPU wall-clock, so no T_SOL or SOL score "
               "is given", file=sys.stderr)
@@ -639,10 +639,11 @@ def cmd_grade(args) -> int:
     graded_so_far: list = []
     total = len(workloads) if workloads is not None else len(problem.workloads)
     started = time.monotonic()
+    emulated = bool(getattr(args, "emulate", False))
 
     def progress(r) -> None:  # one line per workload as it finishes (a large problem grades for minutes)
         graded_so_far.append(r)
-        speed = f" {r.speedup:.3g}x" if getattr(r, "speedup", None) else ""
+        speed = f" {r.speedup:.3g}x" if getattr(r, "speedup", None) and not emulated else ""
         print(f"graded {len(graded_so_far)}/{total}: {r.label} {r.status.value}{speed} "
               f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
 
@@ -654,8 +655,8 @@ def cmd_grade(args) -> int:
             if args.output:
                 Path(args.output).write_text(json.dumps([r.to_json() for r in graded_so_far], indent=2))
             if not args.json:
-                print(format_table(graded_so_far))
-                print(json.dumps(summarize(graded_so_far)))
+                print(format_table(graded_so_far, emulated=emulated))
+                print(json.dumps(_summary(graded_so_far, emulated)))
             print(f"note: interrupted after {len(graded_so_far)} of {total} workload(s)"
                   + (f"; their records are in {args.output}" if args.output else ""), file=sys.stderr)
         raise
@@ -664,7 +665,7 @@ def cmd_grade(args) -> int:
         if done and args.output:
             Path(args.output).write_text(json.dumps([r.to_json() for r in done], indent=2))
         if done and not args.json:
-            print(format_table(done))
+            print(format_table(done, emulated=emulated))
             print(f"note: the grader stopped after {len(done)} workload(s); "
                   + (f"their records are in {args.output}" if args.output else "pass -o FILE to keep their records"),
                   file=sys.stderr)
@@ -679,12 +680,23 @@ def cmd_grade(args) -> int:
                                   emulated=bool(getattr(args, "emulate", False)), summary=summarize(results),
                                   records=records), indent=2))
     else:
-        print(format_table(results))
-        print(json.dumps(summarize(results)))
+        print(format_table(results, emulated=emulated))
+        print(json.dumps(_summary(results, emulated)))
         if not all(r.passed for r in results) and not args.output:
             print("note: the full log of each workload (traceback, what the candidate printed) is in the JSON "
                   "records: --json, or -o FILE", file=sys.stderr)
     return 0 if all(r.passed for r in results) else 1
+
+
+def _summary(results, emulated: bool) -> dict:
+    """The grade's summary line; an emulated grade's geomean speedup is left out (None): its times are of torch ops
+    on this machine (the --json document keeps the records' numbers, marked ``emulated``)."""
+    from .grader import summarize
+
+    s = summarize(results)
+    if emulated:
+        s["geomean_speedup"] = None
+    return s
 
 
 # --- tune ----------------------------------------------------------------------------------------------
