@@ -206,3 +206,11 @@ def test_random_dropout_is_refused():
     with pytest.raises(TranslationError, match=r"self\.0 \(Dropout\): Dropout\(p=0.2\) in training mode"):
         functional_source(torch.fx.symbolic_trace(model))
     functional_source(torch.fx.symbolic_trace(model.eval()))  # eval mode: the identity
+
+
+def test_a_scale_that_rounds_a_size_to_zero_or_repeats_one_is_refused(tmp_path):
+    """M = 16: 0.01·16 rounds to 0 (it was clamped to 1 without a word); 1.0 and 1.01 both give 16 (two workloads alike)."""
+    with pytest.raises(ImportProblemError, match=r"M = 16 times 0.01 rounds to 0; the smallest factor .* is 0.0312"):
+        import_kernelbench(DATA / "matmul_globals.py", tmp_path / "x", scale={"M": [0.01]})
+    with pytest.raises(ImportProblemError, match=r"two factors give the same M \(16, 16"):
+        import_kernelbench(DATA / "matmul_globals.py", tmp_path / "y", scale={"M": [1.0, 1.01]})

@@ -235,7 +235,8 @@ def import_kernelbench(path: str | os.PathLike, out: str | os.PathLike | None = 
     Args:
         path: the KernelBench ``.py`` file.
         out: the problem folder to write (default ``./kernelbench_<file stem>``); its name is the problem id.
-        scale: ``{int global: [factors]}``: one workload per combination, each global ``round(value·factor)``.
+        scale: ``{int global: [factors]}``: one workload per combination, each global ``round(value·factor)``
+            (a factor that rounds a global to 0, or two factors that give the same size, are errors).
         dtype: ``bf16``/``bfloat16`` or ``fp16``/``float16``: float32 tensors become that dtype.
         timeout_s: the probe's time limit, seconds.
         check_max_elements: compare the translation with ``Model`` on the CPU when all tensors together have at

@@ -112,7 +112,7 @@ def probe(request: dict) -> dict:
 
     Args:
         request: ``path`` (the KernelBench file), ``scale`` (``{int global: [factors]}``: one workload per
-            combination, each global ``max(1, round(value·factor))``), ``dtype`` (None, or a float dtype name fp32 tensors become), ``check_max_elements``.
+            combination, each global ``round(value·factor)``, never 0 and never two alike), ``dtype`` (None, or a float dtype name fp32 tensors become), ``check_max_elements``.
 
     Returns:
         ``globals`` (the file's int globals), ``base`` / ``perturbed`` (``{global: shapes}``, each global
@@ -164,7 +164,16 @@ def probe(request: dict) -> dict:
     if unknown:
         raise ProbeError(f"--scale {unknown[0]}: the file has no positive int global of that name (its int "
                          f"globals: {', '.join(ints) or 'none'})")
-    loads = [{g: max(1, round(ints[g] * f)) for g, f in zip(scale, combo)}
+    for g, factors in scale.items():  # a factor that rounds a size to 0 was a mistake, not a request for 1
+        small = [f for f in factors if round(ints[g] * f) < 1]
+        if small:
+            raise ProbeError(f"--scale {g}={small[0]:g}: {g} = {ints[g]} times {small[0]:g} rounds to 0; the smallest "
+                             f"factor that keeps {g} >= 1 is {0.5 / ints[g]:.3g} (1/{2 * ints[g]} rounds up)")
+        sizes = [round(ints[g] * f) for f in factors]
+        if len(set(sizes)) < len(sizes):
+            raise ProbeError(f"--scale {g}={','.join(f'{f:g}' for f in factors)}: two factors give the same {g} "
+                             f"({', '.join(map(str, sizes))} from {g} = {ints[g]}): the workloads would repeat")
+    loads = [{g: round(ints[g] * f) for g, f in zip(scale, combo)}
              for combo in itertools.product(*scale.values())]
     workloads = []
     for w in loads:
