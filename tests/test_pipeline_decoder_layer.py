@@ -145,3 +145,21 @@ def test_a_factory_with_a_device_is_refused():
     (d,) = e.value.diagnostics
     assert d.code == "bad-call" and "device" in d.message and d.pos.line == text.splitlines().index(
         "  " + POSITIONS.replace("dtype=torch.float32", "dtype=torch.float32, device=None")) + 1
+
+
+def test_padding_by_nothing_shares_the_tensor_and_padding_pads():
+    """F.pad by (8 - seq_len % 8) % 8 = 0 copied q, k and v before every attention on aligned workloads; now the
+    contiguous tensor itself is used. A real pad, or a non-contiguous tensor, still gets F.pad's fresh tensor."""
+    import torch
+
+    from ucutlass.ir.torch_ops import torch_function
+
+    pad = torch_function("F.pad")
+    x = torch.randn(2, 8, 4)
+    assert pad(x, [0, 0, 0, 0]) is x
+    y = pad(x, [0, 0, 0, 3])
+    assert y.shape == (2, 11, 4) and torch.equal(y[:, :8], x) and not y[:, 8:].any()
+    t = x.transpose(0, 1)
+    z = pad(t, [0, 0])
+    assert z is not t and torch.equal(z, t)  # F.pad copies (keeping the stride order)
+    assert torch.equal(pad(x, [1, 1], value=2.0)[..., 0], torch.full((2, 8), 2.0))

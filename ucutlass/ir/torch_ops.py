@@ -125,10 +125,24 @@ def torch_function(spelling: str):
     name = canonical(spelling)
     if name not in TORCH_FUNCTIONS:
         raise KeyError(f"{spelling} is not an allowed torch step")
+    if name == "torch.nn.functional.pad":
+        return _pad
     obj: Any = torch
     for part in name.split(".")[1:]:
         obj = getattr(obj, part)
     return obj
+
+
+def _pad(x: Any, pad: Any, mode: str = "constant", value: float | None = None):
+    """``F.pad``, except that padding by nothing returns a contiguous ``x`` itself: pipelines pad sequences to the
+    FMHA's multiple of 8 with ``(8 - seq_len % 8) % 8``, which is 0 on most workloads, and ``F.pad`` copies even then
+    (a read and a write of each q, k and v per attention). A non-contiguous ``x`` is still padded (copied), so the
+    result's layout is F.pad's either way; torch steps never write in place, so sharing ``x`` is safe."""
+    import torch
+
+    if mode == "constant" and isinstance(x, torch.Tensor) and x.is_contiguous() and all(int(p) == 0 for p in pad):
+        return x
+    return torch.nn.functional.pad(x, pad, mode=mode, value=value)
 
 
 def tensor_method(tensor: Any, name: str):
