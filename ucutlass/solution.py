@@ -9,7 +9,8 @@ This module writes the two recipes of a compiled program, and the payload they c
     a dispatch   {"so_paths": {kernel name: path, …}, "source": …, "file": …}
     a pipeline   {"pipeline": name or None, "so_paths": {build digest: path, …}, "source": …, "file": …}
 
-``ucutlass grade``, the tuner's measurer (``ucutlass.search.measure``) and the scripts build their recipes here.
+:func:`program_op` loads a program the same way and registers it as a torch custom op (for models under
+``torch.compile``). ``ucutlass grade``, the tuner's measurer (``ucutlass.search.measure``) and the scripts build their recipes here.
 The loader's name and the payloads are part of :meth:`SolutionRef.key` (the worker's cache key) and of the records:
 they stay as they are.
 """
@@ -17,13 +18,13 @@ they stay as they are.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from .grader import SolutionRef
 from .runtime import load_solution
 
 __all__ = ["LOADER", "EMULATOR_LOADER", "solution_for", "dispatch_solution", "pipeline_solution", "emulated_solution",
-           "load_solution"]
+           "load_solution", "program_op"]
 
 #: The grader loader of compiled `.ucut` solutions (a single kernel or a dispatch).
 LOADER = "ucutlass.runtime:load_solution"
@@ -105,3 +106,50 @@ def emulated_solution(source: str, file: str, kernel: str | None, name: str, dis
     if pipeline is not False:
         payload = {"source": source, "file": file, "pipeline": pipeline}
     return SolutionRef(name=name, loader=EMULATOR_LOADER, payload=payload, destination_passing=True)
+
+
+def program_op(path: str, problem: Any, name: str, *, emulate: bool = False, pipeline: str | None = None,
+               namespace: str = "ucutlass", jobs: int | None = None):
+    """A `.ucut` program bound to ``problem`` as the custom op ``namespace::name`` (:func:`ucutlass.runtime.register_custom_op`).
+
+    Args:
+        path: the `.ucut` file: a concrete program (no open choices), a pipeline or one kernel.
+        problem: the :class:`ucutlass.problem.Problem`.
+        emulate: run it as torch ops (:mod:`ucutlass.emulate`: any device, no nvcc); else its kernels are built
+            (nvcc, the kernel cache) and loaded (a GPU of the kernels' target).
+        pipeline: which pipeline (None: the program's only one, if it has pipelines).
+        jobs: parallel nvcc processes for the build (default: the machine's cores).
+
+    Raises:
+        CheckError: the program does not bind to the problem. CompileError: a kernel does not build.
+    """
+    from .build import build_kernels
+    from .errors import CompileError
+    from .lang import parse_file
+    from .runtime.custom_op import register_custom_op
+
+    program = parse_file(path)
+    source, file = program.source, str(path)
+    if emulate:
+        from .emulate import load_solution as load_emulated
+
+        payload: dict = {"source": source, "file": file, "kernel": None}
+        if program.pipelines:
+            payload = {"source": source, "file": file, "pipeline": pipeline}
+        return register_custom_op(load_emulated(payload, problem), problem, name, namespace)
+    from .bind import bind, bind_pipeline
+
+    if program.pipelines:
+        kernels = [kc.bound_kernel for kc in bind_pipeline(program, problem, pipeline).kernel_calls()]
+    else:
+        kernels = [bind(program.kernel(), problem).kernel]
+    built = {}
+    for kernel, r in zip(kernels, build_kernels(kernels, jobs=jobs)):
+        if not r.ok:
+            raise CompileError(f"{r.name}: {r.error}", log=r.log, source_path=str(r.source_path))
+        built[kernel.build_digest()] = str(r.so_path)
+    if program.pipelines:
+        payload = {"pipeline": pipeline, "so_paths": built, "source": source, "file": file}
+    else:
+        payload = {"so_path": str(Path(next(iter(built.values())))), "source": source, "file": file, "kernel": None}
+    return register_custom_op(load_solution(payload, problem), problem, name, namespace)

@@ -7,7 +7,8 @@ is checked first and reported with the operand's name.
 Modules: :mod:`.base` (the launch base every family derives from: library, ABI, plan cache, workspace, launch,
 status text), :mod:`.device` (which GPU a target's code runs on), one launcher per kernel family (:mod:`.gemm`,
 :mod:`.grouped`, :mod:`.attention`, :mod:`.conv`), :mod:`.dispatch` (the kernel of a call in a per-shape dispatch),
-:mod:`.pipeline` (a pipeline's kernels loaded and its steps run as one callable). This
+:mod:`.pipeline` (a pipeline's kernels loaded and its steps run as one callable), :mod:`.custom_op` (a program as a
+torch custom op, for models under ``torch.compile``). This
 ``__init__`` holds the family table (:data:`LAUNCHERS`), :func:`load_kernel` and the grader's loader
 :func:`load_solution` (named ``"ucutlass.runtime:load_solution"`` in every :class:`ucutlass.grader.SolutionRef`
 that :mod:`ucutlass.solution` writes).
@@ -29,13 +30,14 @@ from .dispatch import describe, dispatch_callable, pick
 from .gemm import CompiledKernel, extent_values
 from .grouped import GroupedCompiledKernel, index_type_of
 from .pipeline import load_pipeline
+from .custom_op import register_custom_op
 
 __all__ = [
     "LAUNCHERS", "load_kernel", "load_solution", "load_pipeline",
     "KernelLauncher", "CompiledKernel", "GroupedCompiledKernel", "AttentionCompiledKernel", "ConvCompiledKernel",
     "check_device", "device_mismatch", "TARGET_CAPABILITY", "TARGET_NAME", "STATUS_RANGES", "status_text",
     "extent_values", "index_type_of", "extents_of", "SM90_SEQ_ALIGNMENT",
-    "pick", "dispatch_callable", "describe",
+    "pick", "dispatch_callable", "describe", "register_custom_op",
 ]
 
 #: The launcher class of each kernel family (``kernel.family``); a new family adds one row and one module.
