@@ -212,3 +212,19 @@ def test_the_fp8_gemms_bias_and_cast_go_to_its_epilogue(tmp_path):
     assert "d : bf16[M, N] row" in text and "epilogue { bias : bf16[N]   d = acc + bias }" in text
     assert "bias=bias)" in text and text.rstrip().endswith("return mm\n}")  # no torch step after the gemm
     assert check_program(text, p) == (True, "PASSED")
+
+
+def test_a_depthwise_conv_is_a_torch_step_and_a_pad_keeps_its_value():
+    """L1_029's Mamba conv1d (groups = channels; the conv family builds groups = 1 only) becomes F.conv1d, a torch
+    step, after the projection's gemm; aten's constant_pad_nd(x, pad, value) is F.pad(x, pad, value=…) (its third
+    positional argument is the mode: writing the value there failed to bind)."""
+    p = problem("tiny_depthwise_conv")
+    text = init_program(p).text
+    assert "F.conv1d(" in text and ", C)" in text and "value=0.5" in text, text
+    assert check_program(text, p) == (True, "PASSED")
+
+
+def test_a_dense_conv_is_named_for_a_conv_kernel():
+    with pytest.raises(InitError, match=r"aten\.convolution \(reference line 5\): a dense or transposed convolution: "
+                                        r"write it as a `conv` kernel"):
+        init_program(problem("tiny_dense_conv"))

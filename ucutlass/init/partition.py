@@ -142,7 +142,7 @@ FUNCTIONS = {"relu": "F.relu", "silu": "F.silu", "sigmoid": "torch.sigmoid", "ta
              "clamp": "torch.clamp", "pow": "torch.pow", "square": "torch.square", "cat": "torch.cat",
              "stack": "torch.stack", "mean": "torch.mean", "sum": "torch.sum", "amax": "torch.amax",
              "amin": "torch.amin", "cumsum": "torch.cumsum", "gather": "torch.gather",
-             "index_select": "torch.index_select", "softplus": "F.softplus", "constant_pad_nd": "F.pad",
+             "index_select": "torch.index_select", "softplus": "F.softplus",
              "triu": "torch.triu", "tril": "torch.tril", "roll": "torch.roll", "index_copy": "torch.index_copy",
              "select_scatter": "torch.select_scatter", "slice_scatter": "torch.slice_scatter"}
 MATMUL = {"mm", "addmm", "bmm", "baddbmm"}
@@ -373,6 +373,15 @@ class Translator:
         if packet == "index" and len(node.args) == 2:  # x[idx] (advanced indexing; None: a whole dim)
             idx = ", ".join(":" if i is None else self.fmt(i) for i in node.args[1])
             return self.emit(node, f"{a[0]}[{idx}]", "torch")
+        if packet == "constant_pad_nd":  # aten's (x, pad, value) is F.pad's (x, pad, mode, value)
+            value = f", value={a[2]}" if len(a) > 2 and a[2] not in ("0", "0.0") else ""
+            return self.emit(node, f"F.pad({a[0]}, {a[1]}{value})", "torch")
+        if packet == "convolution":  # (x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
+            dims, groups = _val(node.args[1]).dim() - 2, node.args[8]
+            if node.args[6] or groups == 1 or dims not in (1, 2, 3):  # a dense conv is a conv kernel's to run
+                self._unplaced(node, op, "a dense or transposed convolution: write it as a `conv` kernel (init "
+                                         "places grouped convolutions only, as torch steps)")
+            return self.emit(node, f"F.conv{dims}d({', '.join(a[:6])}, {a[8]})", "torch")
         if packet in ("arange", "full"):  # factories: made on the inputs' device (device=, layout=, pin_memory= dropped)
             dtype = [f"dtype={self.fmt(kw['dtype'])}"] if kw.get("dtype") is not None else []
             return self.emit(node, f"torch.{packet}({', '.join(a + dtype)})", "torch")
@@ -381,11 +390,10 @@ class Translator:
             return self.emit(node, f"{FUNCTIONS[packet]}({', '.join(a + extra)})", "torch")
         self._unplaced(node, op)
 
-    def _unplaced(self, node, op: str):
+    def _unplaced(self, node, op: str, why: str = "init cannot place it"):
         line = _ref_line(node, self.problem.id)
         where = f" (reference line {line})" if line else ""
-        raise InitError(f"{self.problem.id}: no kernel family and no allowed torch step for aten.{op}{where}: "
-                        "init cannot place it")
+        raise InitError(f"{self.problem.id}: no kernel family and no allowed torch step for aten.{op}{where}: {why}")
 
     # --- matmuls -------------------------------------------------------------------------------------
 

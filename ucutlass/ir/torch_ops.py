@@ -23,7 +23,7 @@ class TorchOp:
         spelling: as written in `.ucut` (``torch.nn.functional.rms_norm``; a method: ``reshape``).
         kind: ``"view"`` (no data moves where strides allow) or ``"torch"`` (a torch kernel computes).
         group: what it is for (``norm``, ``softmax``, ``elementwise``, ``rope``, ``routing``, ``shape``, ``reduce``,
-            ``mask``, ``factory``: a tensor from numbers alone, :data:`FACTORIES`),
+            ``mask``, ``conv`` (grouped convolutions), ``factory``: a tensor from numbers alone, :data:`FACTORIES`),
             for the card and the reports.
     """
 
@@ -56,6 +56,9 @@ TORCH_FUNCTIONS: dict[str, TorchOp] = {
            # out of place, as init writes a functionalized `x[b].index_copy_(…)` / `x[:, -1] = 0`:
            "torch.index_copy", "torch.select_scatter", "torch.slice_scatter"),
     **_ops("torch", "shape", "torch.nn.functional.pad", "torch.roll"),
+    # grouped and depthwise convolutions (a Mamba conv1d): the conv kernel family builds groups = 1 only
+    # (rule sm90.conv-groups), whose message sends a grouped conv here
+    **_ops("torch", "conv", "torch.nn.functional.conv1d", "torch.nn.functional.conv2d", "torch.nn.functional.conv3d"),
     **_ops("torch", "mask", "torch.triu", "torch.tril"),  # a causal mask: torch.triu(torch.full(…, -torch.inf), 1)
     **_ops("torch", "factory", "torch.arange", "torch.full"),  # made on the inputs' device (FACTORIES)
     **_ops("view", "shape", "torch.reshape", "torch.transpose", "torch.permute", "torch.flatten",
