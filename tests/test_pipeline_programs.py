@@ -36,7 +36,7 @@ CPU_PIPELINES = [
     (EX / "pipeline_score_value.ucut", "L1_083_attention_score_value_matmul"),
     (EX / "pipeline_norm_kv.ucut", "L1_073_fused_encoder_final_norm_to_decoder_cross_attention_kv_projection"),
     # Issue 16 (new-user pipelines, docs/new-user-pipelines.md): about 20 s emulated on 2 busy cores.
-    (EX / "newuser_repeat_kv_scores.ucut", "L1_031_repeat_kv_attention_matmul"),
+    (EX / "pipeline_repeat_kv_scores.ucut", "L1_031_repeat_kv_attention_matmul"),
 ]
 #: Bound on the CPU (meta tensors: no data), graded on the GPU (their smallest workloads are 1-70 GFLOP: minutes on
 #: a CI machine's CPU; L1_048's took 212 s).
@@ -75,8 +75,8 @@ GPU_PIPELINES += [(EX / "pipeline_fp8_o_proj.ucut", "Quant_001_fp8_attention_out
 #: required); judged against the ground truth it matches as well as the reference does, and passes.
 GPU_PIPELINES.append((EX / "pipeline_attention_softcap_mask.ucut", "L1_047_attention_with_qk_norm_and_rope"))
 #: Issue 16 (new-user pipelines): pass emulated on their smallest workloads (about 60 s and 45 s on 2 busy cores).
-GPU_PIPELINES += [(EX / "newuser_latent_kv_split.ucut", "L1_064_latent_kv_expansion_with_split"),
-                  (EX / "newuser_fp8_vision_qkv.ucut", "Quant_007_fp8_vision_attention_qkv_projection")]
+GPU_PIPELINES += [(EX / "pipeline_latent_kv_split.ucut", "L1_064_latent_kv_expansion_with_split"),
+                  (EX / "pipeline_fp8_vision_qkv.ucut", "Quant_007_fp8_vision_attention_qkv_projection")]
 ALL = CPU_PIPELINES + GPU_PIPELINES
 
 
@@ -106,7 +106,6 @@ def _grade(source: str, file: str, pid: str, device: str = "cpu"):
 def test_every_pipeline_example_is_tested():
     shipped = sorted(p for p in EX.glob("pipeline_*.ucut") if not p.name.startswith("pipeline_conv_")  # conv:
                      and not p.name.startswith("pipeline_fp32_"))  # tests/test_conv_programs.py, test_fp32_math.py
-    shipped = sorted(shipped + list(EX.glob("newuser_*.ucut")))  # issue 16's new-user pipelines
     assert shipped and sorted(p for p, _ in ALL) == shipped
 
 
