@@ -551,7 +551,10 @@ def _check_fallback_alignment(kernel: GemmKernel) -> list[Diagnostic]:
             out.append(_diag("sm90.align-cp-async", f"alignment = {kernel.alignment}: {names} "
                              f"({op.dtype.value}) would be read {kernel.alignment_of(op.dtype) * op.dtype.bytes} bytes "
                              "at a time; below 16 bytes a and b load with cp.async, which copies at least 4 bytes "
-                             "(CUTLASS: \"Minimum alignment required for cp.async is 4B\")", where, valid))
+                             "(CUTLASS: \"Minimum alignment required for cp.async is 4B\"). Where alignment = auto "
+                             "chose this, a contiguous extent of a, b or d is odd on some workload and no alignment "
+                             "serves it: pad that extent to a multiple of 8 in a pipeline (F.pad) and slice the "
+                             "result back", where, valid))
         if tuple(kernel.cluster) != (1, 1, 1):
             out.append(_diag("sm90.align-cp-async", f"alignment = {kernel.alignment} loads a and b with cp.async, "
                              f"which has no cluster multicast: cluster {_spell(kernel.cluster)} must be 1x1x1",
