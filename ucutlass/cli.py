@@ -613,6 +613,9 @@ def cmd_grade(args) -> int:
     workloads = None
     if args.workloads:
         workloads = [problem.workloads[i] for i in range(min(args.workloads, len(problem.workloads)))]
+    if getattr(args, "workload", None):
+        workloads = (workloads or []) + [w for w in (_pick_workload(problem, which) for which in args.workload)
+                                         if w not in (workloads or [])]
     t_sol = None
     if getattr(args, "emulate", False):
         print("note: emulated: correctness is the program's meaning; times are of torch ops, so no speedup, "
@@ -686,6 +689,28 @@ def cmd_grade(args) -> int:
             print("note: the full log of each workload (traceback, what the candidate printed) is in the JSON "
                   "records: --json, or -o FILE", file=sys.stderr)
     return 0 if all(r.passed for r in results) else 1
+
+
+def _pick_workload(problem, which: str):
+    """``--workload WHICH``: an index from 0, a uuid or a unique prefix of one, or ``smallest``.
+
+    Raises:
+        UcutError: none or several match (the message lists the valid forms and the count).
+    """
+    wls = list(problem.workloads)
+    if which == "smallest":
+        from .init.capture import smallest_workload
+
+        return smallest_workload(problem)
+    if which.isdigit():
+        if int(which) < len(wls):
+            return wls[int(which)]
+        raise UcutError(f"--workload {which}: {problem.id} has {len(wls)} workloads (indices 0-{len(wls) - 1})")
+    hits = [w for w in wls if w.uuid == which] or [w for w in wls if w.uuid.startswith(which)]
+    if len(hits) == 1:
+        return hits[0]
+    raise UcutError(f"--workload {which!r}: {'several' if hits else 'no'} workload uuids of {problem.id} "
+                    f"{'start with it' if hits else 'match'}; give an index (0-{len(wls) - 1}), a uuid or `smallest`")
 
 
 def _summary(results, emulated: bool) -> dict:
@@ -981,6 +1006,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("-o", "--output", help="write the JSON records here")
     p.add_argument("--workloads", type=int, help="grade only the first N workloads")
+    p.add_argument("--workload", action="append", default=[], metavar="WHICH",
+                   help="grade this workload: its index (from 0, as `ucutlass problems` lists them), its uuid (or a "
+                        "unique prefix), or `smallest` (fewest input elements); repeatable")
     p.add_argument("--pick", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--kernel", help="the kernel of a .ucut file with several")
     p.add_argument("--emulate", action="store_true",
