@@ -3,12 +3,14 @@
 # All kernels are built first in one parallel nvcc round (scripts/prebuild_programs.py), then each program is graded
 # with an equal share of the time left (a grade cut by its SIGINT keeps the workloads it graded). Issue 16 item 6 and
 # issue 20 item 2 (the fp32 examples) by default; or give FILE:PROBLEM pairs.
-# Outputs under $OUT: grade_<file stem>.json (the grader's records) and .txt (its table), prebuild.log, summary.md (per
-# program: workloads passed, geomean speedup over torch, the grade's exit status).
+# Outputs under $OUT: grades.tgz (grades/grade_<file stem>.json, the grader's records, and .txt, its table: one archive,
+# since the device tool returns at most 8 files), prebuild.log, summary.md (per program: workloads passed, geomean
+# speedup over torch, the grade's exit status).
 # Knobs: BUDGET (seconds for the whole call after set-up, default 540), BUILD (of which for nvcc, default 240),
-# JOBS (nvcc processes, default the cores), GRADES_ONLY=1 (skip the build: the kernel cache is carried in .kcache).
+# JOBS (nvcc processes, default the cores), BUILD_ALL=1 (build the default list, grade the programs given: a first call
+# of two on one warm machine), GRADES_ONLY=1 (skip the build: the kernel cache is carried in .kcache).
 # Before the call: the problems in .device/problems (copied from ../shared/sol-execbench); carry .whl, .device and,
-# from an earlier call, .kcache.  Usage: bash scripts/device_grade_programs.sh [FILE:PROBLEM ...]
+# from an earlier call on the same warm machine, .kcache stays there when /.kcache/ is in .git/info/exclude.  Usage: bash scripts/device_grade_programs.sh [FILE:PROBLEM ...]
 set -uo pipefail
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
@@ -16,8 +18,7 @@ el() { echo $(( $(date +%s) - t0 )); }
 export UCUTLASS_CACHE_DIR=$REPO/.kcache UCUTLASS_TEST_KERNEL_CACHE=$REPO/.kcache/tests
 cd /tmp  # `ucutlass` from the install, not the checkout
 EX=$REPO/examples
-items=("$@")
-[ ${#items[@]} -eq 0 ] && items=(
+defaults=(
   $EX/pipeline_o_proj_residual.ucut:L1_030_attention_output_projection_with_residual
   $EX/pipeline_gate_up_gelu.ucut:L1_048_fused_gate_up_projection_with_swiglu
   $EX/pipeline_qkv_heads.ucut:L1_050_attention_qkv_projection_with_bias_and_reshape
@@ -33,21 +34,27 @@ items=("$@")
   $EX/pipeline_fp32_qkv_norm.ucut:L1_054_audio_attention_qkv_projection_with_normalization
   $EX/pipeline_fp32_concat_split.ucut:L2_030_flux_concatenated_sequence_processing_with_split
 )
+items=("$@")
+[ ${#items[@]} -eq 0 ] && items=("${defaults[@]}")
+items=("${items[@]/#examples\//$EX/}")  # examples/X.ucut given from the repo root: the grades run from /tmp
+build=("${items[@]}")
+[ -n "${BUILD_ALL:-}" ] && build=("${defaults[@]}")  # build every default program, grade only those given
 BUDGET=${BUDGET:-540}
 if [ -z "${GRADES_ONLY:-}" ]; then
-  timeout "${BUILD:-240}" python3 "$REPO/scripts/prebuild_programs.py" --jobs "${JOBS:-$(nproc)}" "${items[@]}" \
+  timeout "${BUILD:-240}" python3 "$REPO/scripts/prebuild_programs.py" --jobs "${JOBS:-$(nproc)}" "${build[@]}" \
     > "$OUT/prebuild.log" 2>&1
   echo "prebuild rc $? at $(el) s: $(tail -1 "$OUT/prebuild.log")"
 fi
+G=/tmp/grades; mkdir -p $G
 printf '| program | problem | passed | geomean speedup vs torch | exit |\n|---|---|---|---|---|\n' > "$OUT/summary.md"
 n=${#items[@]}
 for item in "${items[@]}"; do
   file=${item%:*}; pid=${item##*:}; stem=$(basename "$file" .ucut)
   left=$(( BUDGET - $(el) )); share=$(( left / n )); n=$(( n - 1 ))
   if [ "$share" -lt 15 ]; then echo "| $stem | $pid | not graded (no time left) | | |" >> "$OUT/summary.md"; continue; fi
-  timeout -s INT "$share" ucutlass grade "$file" "$pid" -o "$OUT/grade_$stem.json" > "$OUT/grade_$stem.txt" 2>&1
+  timeout -k 15 -s INT "$share" ucutlass grade "$file" "$pid" -o "$G/grade_$stem.json" > "$G/grade_$stem.txt" 2>&1
   rc=$?
-  python3 - "$OUT/grade_$stem.json" "$stem" "$pid" "$rc" >> "$OUT/summary.md" <<'PY'
+  python3 - "$G/grade_$stem.json" "$stem" "$pid" "$rc" >> "$OUT/summary.md" <<'PY'
 import json, math, sys
 path, stem, pid, rc = sys.argv[1:]
 try:
@@ -61,5 +68,6 @@ geo = f"{math.exp(sum(map(math.log, sp)) / len(sp)):.3f}x" if sp else "-"
 print(f"| {stem} | {pid} | {len(ok)} / {len(recs)} | {geo} | {rc} |")
 PY
   echo "grade $pid rc $rc (budget $share s) at $(el) s"
+  tar czf "$OUT/grades.tgz" -C /tmp grades  # after each grade: a call cut by its limit keeps what was graded
 done
 cat "$OUT/summary.md"
