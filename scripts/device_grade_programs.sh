@@ -2,7 +2,7 @@
 # Device call: compiled `.ucut` programs graded on every workload of their problems against torch, in one call.
 # All kernels are built first in one parallel nvcc round (scripts/prebuild_programs.py), then each program is graded
 # with an equal share of the time left (a grade cut by its SIGINT keeps the workloads it graded). Issue 16 item 6 and
-# issue 20 item 2 (the fp32 examples) by default; or give FILE:PROBLEM pairs.
+# issue 20 item 2 (the fp32 examples) by default; or give FILE:PROBLEM pairs (FILE:PROBLEM@I,J: those workloads only).
 # Outputs under $OUT: grades.tgz (grades/grade_<file stem>.json, the grader's records, and .txt, its table: one archive,
 # since the device tool returns at most 8 files), prebuild.log, summary.md (per program: workloads passed, geomean
 # speedup over torch, the grade's exit status).
@@ -37,7 +37,7 @@ defaults=(
 items=("$@")
 [ ${#items[@]} -eq 0 ] && items=("${defaults[@]}")
 items=("${items[@]/#examples\//$EX/}")  # examples/X.ucut given from the repo root: the grades run from /tmp
-build=("${items[@]}")
+build=("${items[@]%@*}")  # FILE:PROBLEM@0,3 grades only workloads 0 and 3 (as `ucutlass problems` numbers them)
 [ -n "${BUILD_ALL:-}" ] && build=("${defaults[@]}")  # build every default program, grade only those given
 BUDGET=${BUDGET:-540}
 if [ -z "${GRADES_ONLY:-}" ]; then
@@ -49,10 +49,11 @@ G=/tmp/grades; mkdir -p $G
 printf '| program | problem | passed | geomean speedup vs torch | exit |\n|---|---|---|---|---|\n' > "$OUT/summary.md"
 n=${#items[@]}
 for item in "${items[@]}"; do
-  file=${item%:*}; pid=${item##*:}; stem=$(basename "$file" .ucut)
+  spec=${item%@*}; file=${spec%:*}; pid=${spec##*:}; stem=$(basename "$file" .ucut)
+  pick=(); if [[ $item == *@* ]]; then IFS=, read -ra ws <<< "${item##*@}"; for w in "${ws[@]}"; do pick+=(--workload "$w"); done; fi
   left=$(( BUDGET - $(el) )); share=$(( left / n )); n=$(( n - 1 ))
   if [ "$share" -lt 15 ]; then echo "| $stem | $pid | not graded (no time left) | | |" >> "$OUT/summary.md"; continue; fi
-  timeout -k 15 -s INT "$share" ucutlass grade "$file" "$pid" -o "$G/grade_$stem.json" > "$G/grade_$stem.txt" 2>&1
+  timeout -k 15 -s INT "$share" ucutlass grade "$file" "$pid" "${pick[@]}" -o "$G/grade_$stem.json" > "$G/grade_$stem.txt" 2>&1
   rc=$?
   python3 - "$G/grade_$stem.json" "$stem" "$pid" "$rc" >> "$OUT/summary.md" <<'PY'
 import json, math, sys
