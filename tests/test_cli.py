@@ -310,3 +310,7 @@ def test_grade_picks_workloads_by_index_uuid_or_smallest(capsys):
     assert main(["grade", str(src), "o_proj_residual_llama3_1_8b", "--emulate", "--workload", "smallest"]) == 0
     out = capsys.readouterr().out
     assert '"workloads": 1, "passed": 1' in out and small.label() in out, out
+    # a bad --workload is an error before anything is bound or listed (the step listing came first before)
+    assert main(["grade", str(src), "o_proj_residual_llama3_1_8b", "--emulate", "--workload", "999"]) != 0
+    captured = capsys.readouterr()
+    assert "has" in captured.err and "workloads" in captured.err and "pipeline" not in captured.out + captured.err

@@ -125,6 +125,23 @@ def test_examples_bind_on_every_workload(path, pid):
     assert len(lines) == len(program.pipeline().steps) + 1 and any("kernel " in line for line in lines)
 
 
+def test_step_listing_names_tensor_arithmetic_and_host_arithmetic():
+    """Arithmetic on sizes (a pad computed from an axis) runs on the host, not as a torch step; tensor arithmetic
+    inside a kernel call's arguments (SwiGLU backward's ``wgrad(g, a * u)``) is a torch step that runs first."""
+    sv = bind_pipeline(parse_file(EX / "pipeline_score_value.ucut"),
+                       find_problem("L1_083_attention_score_value_matmul", [SHARED_SOL_EXECBENCH]), None)
+    assert sv.steps()[0]["runs"] == [{"kind": "value", "name": "scalar arithmetic"}]
+    assert "[scalar arithmetic (on the host)]" in sv.describe()[0]
+    bw = bind_pipeline(parse_file(EX / "pipeline_swiglu_backward.ucut"),
+                       find_problem("L2_005_swiglu_mlp_backward", [SHARED_SOL_EXECBENCH]), None)
+    steps = {s["targets"][0]: [(r["kind"], r["name"]) for r in s["runs"]] for s in bw.steps()}
+    assert steps["grad_down_weight"] == [("torch", "arithmetic"), ("kernel", "wgrad")]
+    assert steps["grad_up_output"] == [("torch", "arithmetic")]
+    # innermost first, one entry per run of operators: (g * u).float() * (sig * (1 + x.float() * (1 - sig)))
+    assert steps["grad_gate_output"] == [("torch", "arithmetic"), ("torch", ".float()"),
+                                         ("torch", ".float()"), ("torch", "arithmetic"), ("torch", ".to()")]
+
+
 @pytest.mark.parametrize("path, pid", CPU_PIPELINES, ids=[p.stem for p, _ in CPU_PIPELINES])
 def test_examples_pass_emulated_on_the_cpu(path, pid):
     r = _grade(path.read_text(), str(path), pid)

@@ -605,17 +605,18 @@ def cmd_grade(args) -> int:
             _json_error(args, UcutError(message))
             print(f"error: {message}", file=sys.stderr)
             return 2
-    solution = _solution_for_file(args.file, problem, args)
-    if args.file.endswith(".ucut") and not args.json:
-        print(_precision_line(args.file))
-    import torch
-
+    # The workloads first: a bad --workload is an error before the program's steps are listed and bound.
     workloads = None
     if args.workloads:
         workloads = [problem.workloads[i] for i in range(min(args.workloads, len(problem.workloads)))]
     if getattr(args, "workload", None):
         workloads = (workloads or []) + [w for w in (_pick_workload(problem, which) for which in args.workload)
                                          if w not in (workloads or [])]
+    solution = _solution_for_file(args.file, problem, args)
+    if args.file.endswith(".ucut") and not args.json:
+        print(_precision_line(args.file))
+    import torch
+
     t_sol = None
     if getattr(args, "emulate", False):
         print("note: emulated: correctness is the program's meaning; times are of torch ops, so no speedup, "

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..errors import CheckError, Diagnostic
-from ..ir.pipeline import Arith, Call, Index, Pipeline, Ref, Step, calls_in, value_text
+from ..ir.pipeline import Arith, Call, Index, ListOf, Pipeline, Ref, SliceOf, Step, calls_in, value_text
 from ..ir.torch_ops import TENSOR_METHODS, TORCH_FUNCTIONS
 from ..problem import Axis, Problem, TensorSpec, Workload
 from .flow import Flow, describe_args
@@ -288,26 +288,50 @@ class PipelineBinding:
 
     def steps(self) -> list[dict[str, Any]]:
         """Each step as JSON for reports (``check --json``): ``{"targets", "text", "runs": [{"kind": "kernel" |
-        "torch" | "view", "name", "family" and "config" for a kernel}]}``, what runs in the order it runs."""
+        "torch" | "view" | "value", "name", "family" and "config" for a kernel}]}``, what runs in the order it runs.
+        Arithmetic on tensors is a torch step ``arithmetic`` wherever it sits (inside a call's arguments too);
+        arithmetic on sizes and scalars runs on the host: a ``value`` step named ``scalar arithmetic``."""
+        tensors = {n for n, spec in self.problem.inputs.items() if spec.shape is not None}
         out = []
         for step in self.pipeline.steps:
             runs: list[dict[str, Any]] = []
-            for c in _calls(step.value):
-                if c.kind == "kernel":
-                    kc = self.calls[id(c)]
-                    kernel = kc.bound_kernel or kc.kernel
-                    runs.append({"kind": "kernel", "name": c.target, "family": kernel.family,
-                                 "config": kernel.config_name()})
-                else:
-                    op = TORCH_FUNCTIONS.get(c.target) if c.kind == "torch" else TENSOR_METHODS.get(c.target)
-                    runs.append({"kind": "view" if op and op.kind == "view" else "torch",
-                                 "name": c.target if c.kind == "torch" else f".{c.target}()"})
-            if not runs:  # arithmetic (on tensors: a torch step), an index or a name (a view), or a plain value
-                kind = "torch" if isinstance(step.value, Arith) else "view" \
-                    if isinstance(step.value, (Ref, Index)) else "value"
-                runs.append({"kind": kind, "name": "arithmetic" if kind == "torch" else value_text(step.value)})
+            self._runs_of(step.value, tensors, runs)
+            if not runs:  # an index or a name (a view), scalar arithmetic, or a plain value
+                kind = "view" if isinstance(step.value, (Ref, Index)) and _is_tensor(step.value, tensors) else "value"
+                runs.append({"kind": kind, "name": "scalar arithmetic" if isinstance(step.value, Arith)
+                             else value_text(step.value)})
+            if _is_tensor(step.value, tensors):
+                tensors.update(step.targets)
             out.append({"targets": list(step.targets), "text": value_text(step.value), "runs": runs})
         return out
+
+    def _runs_of(self, value: Any, tensors: set[str], runs: list[dict[str, Any]]) -> None:
+        """Append what ``value`` runs to ``runs``, innermost first (as it is evaluated): kernels, torch steps, views,
+        and tensor arithmetic (one ``arithmetic`` entry for a run of operators, e.g. ``a * b + c``)."""
+        if isinstance(value, Call):
+            for a in (*value.args, *(a for _, a in value.kwargs)):
+                self._runs_of(a, tensors, runs)
+            if value.kind == "kernel":
+                kc = self.calls[id(value)]
+                kernel = kc.bound_kernel or kc.kernel
+                runs.append({"kind": "kernel", "name": value.target, "family": kernel.family,
+                             "config": kernel.config_name()})
+            else:
+                op = TORCH_FUNCTIONS.get(value.target) if value.kind == "torch" else TENSOR_METHODS.get(value.target)
+                runs.append({"kind": "view" if op and op.kind == "view" else "torch",
+                             "name": value.target if value.kind == "torch" else f".{value.target}()"})
+        elif isinstance(value, Arith):
+            for side in (value.lhs, value.rhs):
+                if side is not None:
+                    self._runs_of(side, tensors, runs)
+            if _is_tensor(value, tensors) and runs[-1:] != [{"kind": "torch", "name": "arithmetic"}]:
+                runs.append({"kind": "torch", "name": "arithmetic"})
+        else:  # lists, indexes and slices: what their parts run
+            parts = {ListOf: lambda v: v.items, Index: lambda v: (v.obj, *v.items),
+                     SliceOf: lambda v: (v.start, v.stop)}.get(type(value), lambda v: ())(value)
+            for part in parts:
+                if part is not None:
+                    self._runs_of(part, tensors, runs)
 
     def describe(self) -> list[str]:
         """One line per step: what runs (kernel, torch step, view) and, for a kernel, its bound configuration."""
@@ -315,6 +339,7 @@ class PipelineBinding:
         for i, step in enumerate(self.steps()):
             words = {"torch": "torch step", "view": "view", "value": "value"}
             kinds = [f"kernel {r['name']} ({r['family']}: {r['config']})" if r["kind"] == "kernel" else
+                     "scalar arithmetic (on the host)" if r == {"kind": "value", "name": "scalar arithmetic"} else
                      f"{words[r['kind']]} {r['name']}" for r in step["runs"]]
             lines.append(f"  {i + 1}. {', '.join(step['targets'])} = {step['text']}    [{'; '.join(kinds)}]")
         lines.append(f"  return {', '.join(value_text(v) for v in self.pipeline.returns)}")
@@ -340,6 +365,21 @@ def _partial_axes(problem: Problem, given: dict[str, int]) -> dict[str, int]:
                 still.append(ax)
         pending = still
     return values
+
+
+def _is_tensor(value: Any, tensors: set[str]) -> bool:
+    """Whether ``value`` is a tensor: a call (every allow-listed op and every kernel returns tensors), a name in
+    ``tensors`` (the problem's tensor inputs and earlier tensor steps), arithmetic or an index over one; sizes,
+    axes, scalar inputs and numbers are not."""
+    if isinstance(value, Call):
+        return True
+    if isinstance(value, Ref):
+        return value.name in tensors
+    if isinstance(value, Arith):
+        return any(_is_tensor(side, tensors) for side in (value.lhs, value.rhs) if side is not None)
+    if isinstance(value, Index):
+        return _is_tensor(value.obj, tensors)
+    return False
 
 
 def _calls(value: Any) -> list[Call]:
