@@ -371,7 +371,8 @@ def test_cli_check_shows_steps_and_tune_plans_a_pipeline(capsys):
 
     (report,) = json.loads(capsys.readouterr().out)["pipelines"]
     kinds = [[r["kind"] for r in step["runs"]] for step in report["steps"]]
-    assert kinds == [["torch"], ["torch", "torch"], ["kernel"], ["kernel"], ["view", "view"], ["view", "view"]]
+    # step 2: rms_norm, the multiplication by norm_weight (tensor arithmetic is a torch step), .to()
+    assert kinds == [["torch"], ["torch", "torch", "torch"], ["kernel"], ["kernel"], ["view", "view"], ["view", "view"]]
     assert report["steps"][2]["runs"][0]["config"].startswith("kv_proj_sm90_f16")
     tune = ["tune", pid, "--spec", str(path), "--problems", str(SHARED_SOL_EXECBENCH)]
     assert main([*tune, "--dry-run"]) == 0  # tuned per kernel (tests/test_pipeline_tune.py); this one is concrete
