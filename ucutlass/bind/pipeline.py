@@ -327,8 +327,8 @@ class PipelineBinding:
             if _is_tensor(value, tensors) and runs[-1:] != [{"kind": "torch", "name": "arithmetic"}]:
                 runs.append({"kind": "torch", "name": "arithmetic"})
         else:  # lists, indexes and slices: what their parts run
-            parts = {ListOf: lambda v: v.items, Index: lambda v: (v.obj, *v.items),
-                     SliceOf: lambda v: (v.start, v.stop)}.get(type(value), lambda v: ())(value)
+            parts = value.items if isinstance(value, ListOf) else (value.obj, *value.items) \
+                if isinstance(value, Index) else (value.start, value.stop) if isinstance(value, SliceOf) else ()
             for part in parts:
                 if part is not None:
                     self._runs_of(part, tensors, runs)
