@@ -499,3 +499,10 @@ def test_a_kernel_called_in_return_binds_and_runs():
     emulate_pipeline(program, problem)(*inputs.values(), *got)
     emulate_pipeline(parse_file(path), problem)(*inputs.values(), *want)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_check_lists_every_pipeline_example_without_a_problem(capsys):
+    """`check FILE` with no --problem lists the steps unbound (a new user's trial found a traceback there)."""
+    for path in sorted(EX.glob("pipeline_*.ucut")):
+        assert main(["check", str(path)]) == 0, path
+        assert "1. " in capsys.readouterr().out, path

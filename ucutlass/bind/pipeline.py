@@ -291,7 +291,9 @@ class PipelineBinding:
         "torch" | "view" | "value", "name", "family" and "config" for a kernel}]}``, what runs in the order it runs.
         Arithmetic on tensors is a torch step ``arithmetic`` wherever it sits (inside a call's arguments too);
         arithmetic on sizes and scalars runs on the host: a ``value`` step named ``scalar arithmetic``."""
-        tensors = {n for n, spec in self.problem.inputs.items() if spec.shape is not None}
+        # Unbound (`check` with no problem): every name the pipeline reads could be a tensor; call it one.
+        tensors = {n for n, spec in self.problem.inputs.items() if spec.shape is not None} if self.problem \
+            else {r.name for s in self.pipeline.steps for r in _refs(s.value)}
         out = []
         for step in self.pipeline.steps:
             runs: list[dict[str, Any]] = []
@@ -380,6 +382,18 @@ def _is_tensor(value: Any, tensors: set[str]) -> bool:
     if isinstance(value, Index):
         return _is_tensor(value.obj, tensors)
     return False
+
+
+def _refs(value: Any) -> list[Ref]:
+    """Every name a value tree reads (the pipeline's inputs among them)."""
+    if isinstance(value, Ref):
+        return [value]
+    if isinstance(value, Arith):
+        return [r for side in (value.lhs, value.rhs) if side is not None for r in _refs(side)]
+    parts = (*value.args, *(a for _, a in value.kwargs)) if isinstance(value, Call) else value.items \
+        if isinstance(value, ListOf) else (value.obj, *value.items) if isinstance(value, Index) \
+        else (value.start, value.stop) if isinstance(value, SliceOf) else ()
+    return [r for part in parts if part is not None for r in _refs(part)]
 
 
 def _calls(value: Any) -> list[Call]:
