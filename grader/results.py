@@ -235,17 +235,38 @@ def _fmt(x: float | None, spec: str = ".4g") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _error_columns(c: Correctness | None) -> tuple[str, str, str]:
+    """The worst errors, the tolerance (an element matches when ``|out - ref| <= atol + rtol * |ref|``) and
+    ``matched / required`` (shares of the elements, from 0 to 1)."""
+    if c is None:
+        return "-", "-", "-"
+    tol = c.tolerance or {}
+    return (f"{_fmt(c.max_absolute_error, '.3g')} / {_fmt(c.max_relative_error, '.3g')}",
+            f"{_fmt(tol.get('max_atol'), '.3g')} / {_fmt(tol.get('max_rtol'), '.3g')}",
+            f"{_fmt(c.matched_ratio, '.4g')} / {_fmt(tol.get('required_matched_ratio'), '.4g')}")
+
+
 def format_table(results: Iterable[WorkloadResult], *, reasons: bool = True, emulated: bool = False) -> str:
     """A plain-text table: workload, status, latency, reference, speedup, T_SOL, SOL score (and reason).
 
     ``emulated``: the candidate was a program run as torch ops (``grade --emulate``): its latency is that of the
-    emulation on this machine, so no speedup is shown (a ratio of torch ops to torch ops says nothing of a kernel).
+    emulation on this machine, so no speedup, T_SOL or SOL score is shown (a ratio of torch ops to torch ops says
+    nothing of a kernel); the columns say instead how close the program came to the tolerance it was judged by:
+    the worst absolute and relative errors against the workload's ``max_atol`` / ``max_rtol``, and the share of
+    elements within them against the required share.
     """
-    rows = [("workload", "status", "latency ms" + (" (emulated)" if emulated else ""), "reference ms", "speedup",
-             "T_SOL ms", "SOL score")]
+    if emulated:
+        rows = [("workload", "status", "latency ms (emulated)", "reference ms", "max err abs / rel",
+                 "tolerance atol / rtol", "matched / required")]
+    else:
+        rows = [("workload", "status", "latency ms", "reference ms", "speedup", "T_SOL ms", "SOL score")]
     notes = []
     for r in results:
-        sp = f"{r.speedup:.3g}x" if r.speedup is not None and not emulated else "-"
+        if emulated:
+            rows.append((r.label, r.status.value, _fmt(r.latency_ms), _fmt(r.reference_latency_ms),
+                         *_error_columns(r.correctness)))
+            continue
+        sp = f"{r.speedup:.3g}x" if r.speedup is not None else "-"
         rows.append((r.label, r.status.value, _fmt(r.latency_ms), _fmt(r.reference_latency_ms), sp,
                      _fmt(r.t_sol_ms), _fmt(r.sol_score, ".3f")))
         if reasons and r.reason and r.status is not Status.PASSED:

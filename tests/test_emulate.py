@@ -268,3 +268,7 @@ def test_emulate_picks_a_combination_that_is_legal_and_binds(tmp_path, capsys):
     # An emulation's times are torch ops on this machine: no speedup is shown for them, in the table or the summary.
     row = next(line for line in out.splitlines() if "PASSED" in line)
     assert "latency ms (emulated)" in out and "x " not in row + " " and '"geomean_speedup": null' in out, out
+    # Instead of SOL columns, the table says how close the emulation came to the workload's tolerance.
+    header = next(line for line in out.splitlines() if line.startswith("workload"))
+    assert "max err abs / rel" in header and "tolerance atol / rtol" in header and "matched / required" in header
+    assert " 0.01 / 0.02 " in row and " / 0.99" in row, row  # every workload of this problem: atol, rtol, matched

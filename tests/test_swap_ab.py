@@ -199,7 +199,7 @@ def test_stream_k_and_split_k_on_every_cooperative_tile_small_n_included():
 def test_tile_n_not_a_multiple_of_8_is_rejected_with_the_valid_values(n):
     (d,) = arch.check_kernel(kernel(f"tile = 128x{n}x64 swap_ab = true"))
     assert d.code == "sm90.tile-n" and d.pos.line == 3 and d.pos.column == 10
-    assert "multiple of 8 from 8 to 256, not 24" in d.message and "swap_ab: the tile's M runs along N" in d.message
+    assert "is not a multiple of 8 from 8 to 256, except 24" in d.message and "swap_ab: the tile's M runs along N" in d.message
     assert d.valid[:4] == ("8", "16", "32", "40") and d.valid[-1] == "256"
 
 

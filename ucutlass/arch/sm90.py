@@ -157,7 +157,7 @@ RULES: dict[str, str] = {
     "sm90.cooperative-tile-m": "cooperative: tile M is 128 or 256",
     "sm90.pingpong-tile-m": "pingpong: tile M is 64 or 128",
     "sm90.warpspecialized-tile-m": "warpspecialized: tile M is 64 or 128",
-    "sm90.tile-n": "tile N is a multiple of 8 from 8 to 256, not 24",
+    "sm90.tile-n": "tile N is a multiple of 8 from 8 to 256, except 24",
     "sm90.swap-ab": "swap_ab = true: not with batch dims or blockwise scales (yet)",
     "sm90.accumulator-registers": "tile M x N accumulators per MMA thread fit its registers (240; 255 warpspecialized)",
     "sm90.tile-k": "tile K x element bytes is 64, 128 or 256",
@@ -723,8 +723,9 @@ def check_kernel(kernel: GemmKernel, extents: Mapping[str, int] | None = None) -
         why = ("its 24-wide epilogue tile gives each thread 12 accumulators, which do not vectorize (CUTLASS: "
                "\"Fragment size does not vectorize properly\")" if tile_n in TILE_N_EXCLUDED else
                "wgmma N steps by 8; one wgmma is at most 256 wide")
-        out.append(_diag("sm90.tile-n", f"tile {tile}{swap_note}: tile N {tile_n} must be a multiple of "
-                         f"{TILE_N_MULTIPLE} from {TILE_N_MULTIPLE} to {TILE_N_MAX}, not 24 ({why})",
+        rule = (f"a multiple of {TILE_N_MULTIPLE} from {TILE_N_MULTIPLE} to {TILE_N_MAX}, except "
+                + ", ".join(map(str, TILE_N_EXCLUDED)))
+        out.append(_diag("sm90.tile-n", f"tile {tile}{swap_note}: tile N {tile_n} is not {rule} ({why})",
                          _pos(kernel, "tile"), TILE_NS))
         tile_ok = False
     if tile_ok:
