@@ -47,6 +47,16 @@ def time_steps(fn: Callable[..., None], args: Sequence[Any], *, reps: int = 10, 
     for _ in range(max(0, warmup)):
         fn(*args)
     if cuda:
+        # The events bracket host work too: a step whose host path (argument checks, a torch op's dispatch) is
+        # longer than the GPU work queued before it leaves the GPU idle between its marks, and that idle time was
+        # counted as the step's (on an H100, L1_030's one GEMM: 0.12 ms as a step, 0.026 ms graded). A GPU spin
+        # longer than one call's host path before each call lets the host run ahead, so the marks see GPU time.
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn(*args)
+        host_ms = (time.perf_counter() - t0) * 1e3
+        torch.cuda.synchronize(device)
+        cycles = step_spin_cycles(host_ms)
         starts = [[torch.cuda.Event(enable_timing=True) for _ in range(steps)] for _ in range(reps)]
         ends = [[torch.cuda.Event(enable_timing=True) for _ in range(steps)] for _ in range(reps)]
         rep = [0]
@@ -58,6 +68,7 @@ def time_steps(fn: Callable[..., None], args: Sequence[Any], *, reps: int = 10, 
         try:
             for r in range(reps):
                 rep[0] = r
+                torch.cuda._sleep(cycles)
                 fn(*args)
             torch.cuda.synchronize(device)
         finally:
@@ -81,6 +92,16 @@ def time_steps(fn: Callable[..., None], args: Sequence[Any], *, reps: int = 10, 
         finally:
             fn.on_step = None
     return [t / max(1, reps) for t in totals]
+
+
+def step_spin_cycles(host_ms: float) -> int:
+    """GPU clock cycles of the spin before each timed pipeline call: twice the call's host time (``host_ms``,
+    measured once), at least the grader's :data:`~ucutlass.grader.timing.SPIN_CYCLES` (~50 µs at the H200's
+    1.98 GHz boost clock), at most 100 times it (~5 ms: a longer host path is the pipeline's cost, not noise)."""
+    from ucutlass.grader.timing import SPIN_CYCLES
+
+    per_ms = SPIN_CYCLES / 0.05
+    return int(min(max(SPIN_CYCLES, 2.0 * host_ms * per_ms), 100 * SPIN_CYCLES))
 
 
 def step_report(fn: Callable[..., None], problem: Any, workloads: Sequence[Workload],

@@ -349,3 +349,45 @@ def test_the_time_limit_stops_every_kernel_and_the_best_is_still_graded(gate_up_
     assert set(result.stop_reasons.values()) == {"time limit (0 s)"}
     assert result.how == "first legal" and result.source is not None and not [
         t for t in result.trials if t["state"] == "COMPLETE"]
+
+
+def test_step_spin_covers_the_host_path_within_bounds():
+    from ucutlass.grader.timing import SPIN_CYCLES
+    from ucutlass.search.pipeline_report import step_spin_cycles
+
+    assert step_spin_cycles(0.0) == SPIN_CYCLES  # never less than the grader's spin
+    assert step_spin_cycles(0.2) == int(2 * 0.2 * SPIN_CYCLES / 0.05)  # twice a 0.2 ms host path
+    assert step_spin_cycles(100.0) == 100 * SPIN_CYCLES  # a slow host path is the pipeline's cost: capped
+
+
+class _SlowHostPipeline:
+    """A stand-in for a pipeline callable: two steps, each a tiny GPU op after 0.5 ms of host work."""
+
+    def __init__(self):
+        self.on_step = None
+        self.pipeline = type("B", (), {"pipeline": type("P", (), {"steps": [0, 1]})()})()
+
+    def __call__(self, x, out):
+        import time
+
+        for i in range(2):
+            if self.on_step:
+                self.on_step(i, "start")
+            time.sleep(5e-4)  # host work inside the step's marks, as a dispatch or an argument check is
+            out.copy_(x + i)
+            if self.on_step:
+                self.on_step(i, "end")
+
+
+@pytest.mark.gpu
+def test_step_times_are_gpu_time_not_the_host_path_between_marks():
+    """Each step's marks see its kernels, not the host's 0.5 ms before them (the spin before each call)."""
+    import torch
+
+    from ucutlass.search.pipeline_report import time_steps
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    x = torch.ones(1 << 16, device="cuda")
+    ms = time_steps(_SlowHostPipeline(), [x, torch.empty_like(x)], reps=5)
+    assert len(ms) == 2 and all(0 < t < 0.3 for t in ms), ms  # an elementwise op on 256 KiB: microseconds
