@@ -265,10 +265,10 @@ def format_table(results: Iterable[WorkloadResult], *, reasons: bool = True, emu
         if emulated:
             rows.append((r.label, r.status.value, _fmt(r.latency_ms), _fmt(r.reference_latency_ms),
                          *_error_columns(r.correctness)))
-            continue
-        sp = f"{r.speedup:.3g}x" if r.speedup is not None else "-"
-        rows.append((r.label, r.status.value, _fmt(r.latency_ms), _fmt(r.reference_latency_ms), sp,
-                     _fmt(r.t_sol_ms), _fmt(r.sol_score, ".3f")))
+        else:
+            sp = f"{r.speedup:.3g}x" if r.speedup is not None else "-"
+            rows.append((r.label, r.status.value, _fmt(r.latency_ms), _fmt(r.reference_latency_ms), sp,
+                         _fmt(r.t_sol_ms), _fmt(r.sol_score, ".3f")))
         if reasons and r.reason and r.status is not Status.PASSED:
             notes.append(f"  {r.label}: {r.reason.splitlines()[0][:160]}")
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

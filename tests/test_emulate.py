@@ -272,3 +272,15 @@ def test_emulate_picks_a_combination_that_is_legal_and_binds(tmp_path, capsys):
     header = next(line for line in out.splitlines() if line.startswith("workload"))
     assert "max err abs / rel" in header and "tolerance atol / rtol" in header and "matched / required" in header
     assert " 0.01 / 0.02 " in row and " / 0.99" in row, row  # every workload of this problem: atol, rtol, matched
+
+
+def test_emulated_table_shows_a_failure_s_errors_and_its_reason():
+    """A wrong program's row in an emulated grade says by how much it missed, and why (the reason line)."""
+    from ucutlass.grader import Correctness, WorkloadResult, format_table
+
+    r = WorkloadResult("p", "u", {"a": 1}, "a=1", "s", Status.INCORRECT_NUMERICAL, reason="max error 3 over tolerance",
+                       correctness=Correctness(3.0, 0.5, 0.9, {"max_atol": 0.01, "max_rtol": 0.02,
+                                                              "required_matched_ratio": 0.99}))
+    lines = format_table([r], emulated=True).splitlines()
+    assert "3 / 0.5" in lines[2] and "0.01 / 0.02" in lines[2] and "0.9 / 0.99" in lines[2], lines
+    assert lines[3].strip() == "a=1: max error 3 over tolerance", lines
