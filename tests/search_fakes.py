@@ -194,18 +194,23 @@ def run_fake_study(storage: str, study_name: str, workers: int, config: TuneConf
     return tuner, tune_in_workers(tuner, worker, workers, log_dir=Path(out) / "workers", poll_s=0.1)
 
 
-def pop_queue(storage: str, study_name: str, out: str, start_at: float) -> None:
-    """From ``start_at`` (epoch seconds, so that the processes start together) ask trials of a study until
-    the queue is empty; write the numbers of the queued trials this process got, one a line (a worker
-    process of the queue test)."""
+def pop_queue(storage: str, study_name: str, out: str, barrier_dir: str, parties: int) -> None:
+    """Once all ``parties`` processes have loaded the study (each announces itself in ``barrier_dir``, so
+    that they start together however slow one's imports are), ask trials of a study until the queue is
+    empty; write the numbers of the queued trials this process got, one a line (a worker process of the
+    queue test)."""
     import optuna
     from optuna.distributions import IntDistribution
 
     from ucutlass.search.storage import open_storage
 
     study = optuna.load_study(study_name=study_name, storage=open_storage(storage, heartbeat_s=None))
+    barrier = Path(barrier_dir)
+    (barrier / str(os.getpid())).write_text("")
+    deadline = time.monotonic() + 90.0
+    while len(list(barrier.iterdir())) < parties and time.monotonic() < deadline:
+        time.sleep(0.01)
     got = []
-    time.sleep(max(0.0, start_at - time.time()))
     while True:
         trial = study.ask({"x": IntDistribution(0, 10_000)})
         queued = "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id)
@@ -213,5 +218,5 @@ def pop_queue(storage: str, study_name: str, out: str, start_at: float) -> None:
         if not queued:
             break
         got.append(trial.number)
-        time.sleep(0.005)
+        time.sleep(0.02)  # leave the others a turn: a queue drained by one process shows no sharing
     Path(out).write_text("".join(f"{n}\n" for n in got))

@@ -170,8 +170,9 @@ def test_optuna_queue_hands_each_trial_to_one_process(storage, tmp_path, request
     for x in range(30):
         study.enqueue_trial({"x": x})
     ctx = mp.get_context("spawn")
-    start_at = time.time() + 4.0  # after the three have started (spawn and imports take a second or two)
-    procs = [ctx.Process(target=pop_queue, args=(storage, name, str(tmp_path / f"popped-{i}"), start_at))
+    barrier = tmp_path / "ready"
+    barrier.mkdir()
+    procs = [ctx.Process(target=pop_queue, args=(storage, name, str(tmp_path / f"popped-{i}"), str(barrier), 3))
              for i in range(3)]
     for p in procs:
         p.start()
