@@ -220,18 +220,25 @@ def bench(call: Callable[[int], None], n_sets: int, device, flush, params: Bench
             "snapshots": [[k, j] for j, k in sorted(plan.items())]}
 
 
+def spin_cycles(host_ms: float, cover: float, max_factor: float) -> int:
+    """GPU clock cycles of a spin that covers ``cover`` times a call's host path (``host_ms``, ms): at least
+    :data:`SPIN_CYCLES`, at most ``max_factor`` times it. Cycles per ms: SPIN_CYCLES is ~50 µs at the H200's
+    1.98 GHz boost clock (a slower clock only lengthens the spin)."""
+    per_ms = SPIN_CYCLES / 0.05
+    return int(min(max(SPIN_CYCLES, cover * host_ms * per_ms), max_factor * SPIN_CYCLES))
+
+
 def wall_spin_cycles(host_ms: float) -> int:
     """GPU spin of the wall check's loops: enough to cover the call's host path (its median time to return,
     measured by :func:`bench`) one and a half times, so that host time the events never see (the timed loop
     runs ahead of the GPU) is not taken for work hidden from them; at least :data:`SPIN_CYCLES`, at most
-    :data:`MAX_WALL_SPIN_FACTOR` times it. Cycles per ms: SPIN_CYCLES is ~50 µs at the H200's 1.98 GHz boost clock.
+    :data:`MAX_WALL_SPIN_FACTOR` times it (:func:`spin_cycles`).
 
     Measured on the H200 (docs/benchmarks/2026-12-05-h200-fmha.md): a compiled pipeline's host path under a busy
     host (12 nvcc beside the grader) outgrew the default spin plus the flush (~0.1 ms) and its excess was
     reported as untimed work.
     """
-    per_ms = SPIN_CYCLES / 0.05
-    return int(min(max(SPIN_CYCLES, 1.5 * host_ms * per_ms), MAX_WALL_SPIN_FACTOR * SPIN_CYCLES))
+    return spin_cycles(host_ms, 1.5, MAX_WALL_SPIN_FACTOR)
 
 
 def wall(call: Callable[[int], None] | None, n_sets: int, n: int, flush,

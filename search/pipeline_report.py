@@ -98,10 +98,9 @@ def step_spin_cycles(host_ms: float) -> int:
     """GPU clock cycles of the spin before each timed pipeline call: twice the call's host time (``host_ms``,
     measured once), at least the grader's :data:`~ucutlass.grader.timing.SPIN_CYCLES` (~50 µs at the H200's
     1.98 GHz boost clock), at most 100 times it (~5 ms: a longer host path is the pipeline's cost, not noise)."""
-    from ucutlass.grader.timing import SPIN_CYCLES
+    from ucutlass.grader.timing import spin_cycles
 
-    per_ms = SPIN_CYCLES / 0.05
-    return int(min(max(SPIN_CYCLES, 2.0 * host_ms * per_ms), 100 * SPIN_CYCLES))
+    return spin_cycles(host_ms, 2.0, 100)
 
 
 def step_report(fn: Callable[..., None], problem: Any, workloads: Sequence[Workload],

@@ -79,7 +79,7 @@ def test_conv_programs_bind_on_every_workload(path, pid):
         for w in kc.binding.problem.workloads:
             errors = [d.format() for d in arch.check(kc.bound_kernel, kc.binding.extents(w)) if d.severity == "error"]
             assert not errors, (kc.call.target, w.label(), errors)
-    lines = binding.describe()
+    lines = binding.describe(width=10_000)  # one line per step
     assert len(lines) == len(program.pipeline().steps) + 1 and any("(conv: " in line for line in lines)
 
 

@@ -10,6 +10,7 @@ intermediate used before it is made, …); intermediates are allocated once per 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -79,13 +80,11 @@ GPU_PIPELINES += [(EX / "pipeline_latent_kv_split.ucut", "L1_064_latent_kv_expan
                   (EX / "pipeline_fp8_vision_qkv.ucut", "Quant_007_fp8_vision_attention_qkv_projection")]
 ALL = CPU_PIPELINES + GPU_PIPELINES
 
-
 def _problem(pid: str):
     try:
         return find_problem(pid, [SHARED_SOL_EXECBENCH])
     except Exception as e:  # noqa: BLE001  (a shared problem missing beside this clone)
         pytest.skip(f"problem {pid} not found: {e}")
-
 
 def _smallest(problem):
     def size(w):
@@ -94,7 +93,6 @@ def _smallest(problem):
                                                                      *problem.outputs.values()))
     return min(problem.workloads, key=size)
 
-
 def _grade(source: str, file: str, pid: str, device: str = "cpu"):
     problem = _problem(pid)
     sol = emulated_solution(source, file, None, Path(file).stem, pipeline=None)
@@ -102,12 +100,10 @@ def _grade(source: str, file: str, pid: str, device: str = "cpu"):
         (r,) = g.grade(sol, [_smallest(problem)])
     return r
 
-
 def test_every_pipeline_example_is_tested():
     shipped = sorted(p for p in EX.glob("pipeline_*.ucut") if not p.name.startswith("pipeline_conv_")  # conv:
                      and not p.name.startswith("pipeline_fp32_"))  # tests/test_conv_programs.py, test_fp32_math.py
     assert shipped and sorted(p for p, _ in ALL) == shipped
-
 
 @pytest.mark.parametrize("path, pid", ALL, ids=[p.stem for p, _ in ALL])
 def test_examples_bind_on_every_workload(path, pid):
@@ -122,8 +118,22 @@ def test_examples_bind_on_every_workload(path, pid):
             errors = [d.format() for d in arch.check(kc.bound_kernel, kc.binding.extents(w)) if d.severity == "error"]
             assert not errors, (kc.call.target, w.label(), errors)
     lines = binding.describe()
-    assert len(lines) == len(program.pipeline().steps) + 1 and any("kernel " in line for line in lines)
+    heads = [line for line in lines if re.match(r"  \d+\. ", line)]
+    assert len(heads) == len(program.pipeline().steps) and any("kernel " in line for line in lines)
+    assert all(len(line) <= 110 for line in heads if "    [" in line)  # a longer step puts its runs below
 
+def test_step_listing_when_emulated_names_no_configuration():
+    """``grade --emulate`` runs kernels as torch ops: the listing says so instead of naming a compiled
+    configuration (``o_proj_sm90_bf16_..._cooperative``) that never runs; a step too long for one line puts what
+    runs on the next."""
+    binding = bind_pipeline(parse_file(EX / "pipeline_o_proj_residual.ucut"),
+                            find_problem("L1_030_attention_output_projection_with_residual", [SHARED_SOL_EXECBENCH]))
+    compiled, emulated = binding.describe(), binding.describe(emulated=True)
+    assert compiled[0] == "  1. output = o_proj(attn_output, o_proj_weight, residual)"  # 125 characters: wrapped
+    assert compiled[1].startswith("     [kernel o_proj (gemm: o_proj_sm90_")
+    assert emulated == ["  1. output = o_proj(attn_output, o_proj_weight, residual)    [kernel o_proj (gemm, emulated)]",
+                        "  return output"]
+    assert binding.describe(width=200)[0] == compiled[0] + "    " + compiled[1].lstrip()
 
 def test_step_listing_names_tensor_arithmetic_and_host_arithmetic():
     """Arithmetic on sizes (a pad computed from an axis) runs on the host, not as a torch step; tensor arithmetic
@@ -141,12 +151,10 @@ def test_step_listing_names_tensor_arithmetic_and_host_arithmetic():
     assert steps["grad_gate_output"] == [("torch", "arithmetic"), ("torch", ".float()"),
                                          ("torch", ".float()"), ("torch", "arithmetic"), ("torch", ".to()")]
 
-
 @pytest.mark.parametrize("path, pid", CPU_PIPELINES, ids=[p.stem for p, _ in CPU_PIPELINES])
 def test_examples_pass_emulated_on_the_cpu(path, pid):
     r = _grade(path.read_text(), str(path), pid)
     assert r.status is Status.PASSED, r.log
-
 
 @pytest.mark.parametrize("path, pid, consts", SHRUNK, ids=[p.stem for p, _, _ in SHRUNK])
 def test_large_examples_pass_emulated_on_the_cpu_with_small_extents(path, pid, consts, tmp_path):
@@ -168,7 +176,6 @@ def test_large_examples_pass_emulated_on_the_cpu_with_small_extents(path, pid, c
         (r,) = g.grade(sol, list(small.workloads))
     assert r.status is Status.PASSED, r.log
 
-
 def test_a_wrong_pipeline_fails_the_grader():
     """Heads not moved next to head_dim: the shape is right, the values are not."""
     path, pid = CPU_PIPELINES[1]
@@ -176,7 +183,6 @@ def test_a_wrong_pipeline_fails_the_grader():
     assert wrong != path.read_text()
     r = _grade(wrong, str(path), pid)
     assert r.status is not Status.PASSED
-
 
 def test_emulated_pipeline_matches_torch_and_reuses_intermediates():
     problem = _problem(CPU_PIPELINES[0][1])
@@ -203,14 +209,12 @@ def test_emulated_pipeline_matches_torch_and_reuses_intermediates():
     q = (x.float() @ qw.float().t() + qb.float()).reshape(outs[0].shape)
     assert torch.allclose(outs[0].float(), q, rtol=2e-2, atol=2e-2)
 
-
 def test_kernels_write_straight_into_the_problem_outputs():
     """A returned kernel output (or a view of it) is the problem's output: no copy; a transposed one is copied."""
     qkv = bind_pipeline(parse_file(CPU_PIPELINES[0][0]), _problem(CPU_PIPELINES[0][1]))
     assert sorted(qkv.destinations().values()) == [0, 1, 2]
     score = bind_pipeline(parse_file(CPU_PIPELINES[1][0]), _problem(CPU_PIPELINES[1][1]))
     assert score.destinations() == {}
-
 
 def test_the_compiled_path_loads_each_bound_kernel_by_digest(monkeypatch):
     """runtime.load_solution on a pipeline payload (solution.pipeline_solution): each bound kernel's .so found by
@@ -241,7 +245,6 @@ def test_the_compiled_path_loads_each_bound_kernel_by_digest(monkeypatch):
     with pytest.raises(KernelRuntimeError, match="no .so for kernel kv_proj"):
         runtime.load_solution({**sol.payload, "so_paths": {}}, problem)
 
-
 def test_kernel_output_shapes_unfold_leading_dims():
     a = Port("a", ("M", "K"), Layout.row, None, False, None, None)
     b = Port("b", ("N", "K"), Layout.row, None, False, None, None)
@@ -249,7 +252,6 @@ def test_kernel_output_shapes_unfold_leading_dims():
     assert kernel_output_shapes([a, b], [d], {"a": (2, 128, 64), "b": (32, 64)}) == {"d": (2, 128, 32)}
     with pytest.raises(ValueError, match="no argument gives N"):
         kernel_output_shapes([a], [d], {"a": (2, 64)})
-
 
 # --- errors: one positioned diagnostic each -------------------------------------------------------------------
 
@@ -265,10 +267,8 @@ RETURN = ("return q.view(batch_size, seq_len, num_attention_heads, head_dim), "
 GOOD = ["q = proj(hidden_states, q_weight, q_bias)", "k = proj(hidden_states, k_weight, k_bias)",
         "v = proj(hidden_states, v_weight, v_bias)", RETURN]
 
-
 def _pipeline(lines):
     return KERNEL + "pipeline p {\n" + "\n".join(f"  {line}" for line in lines) + "\n}\n"
-
 
 def _bind_error(lines):
     text = _pipeline(lines)
@@ -277,14 +277,11 @@ def _bind_error(lines):
     (d,) = e.value.diagnostics
     return d, text
 
-
 def _line_of(text: str, needle: str) -> int:
     return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
 
-
 def test_the_good_pipeline_binds():
     assert len(bind_pipeline(parse(_pipeline(GOOD), "p.ucut"), _problem(PID)).kernel_calls()) == 3
-
 
 def test_a_cycle():
     d, text = _bind_error(["q = proj(hidden_states, q_weight, q_bias) + k", "k = proj(q, k_weight, k_bias)",
@@ -293,28 +290,23 @@ def test_a_cycle():
     line = _line_of(text, "q = proj")
     assert (d.pos.line, d.pos.column) == (line, text.splitlines()[line - 1].index("+ k") + 3)
 
-
 def test_a_name_used_in_its_own_step():
     d, text = _bind_error(["q = proj(q, q_weight, q_bias)", *GOOD[1:]])
     assert d.code == "use-before-made" and "cycle" in d.message and d.pos.line == _line_of(text, "q = proj")
-
 
 def test_an_intermediate_used_before_it_is_made():
     d, text = _bind_error([GOOD[0], "k = proj(hidden_states, k_weight, k_bias) * v", *GOOD[2:]])
     assert d.code == "use-before-made" and f"line {_line_of(text, 'v = proj')}" in d.message
     assert "move that step up" in d.message
 
-
 def test_an_unbound_output():
     d, text = _bind_error([*GOOD[:3], "return q, k"])
     assert d.code == "bad-return" and "query_states, key_states, value_states" in d.message
     assert d.pos.line == _line_of(text, "return")
 
-
 def test_a_shape_that_does_not_flow():
     d, text = _bind_error([*GOOD[:3], RETURN.replace("num_attention_heads, head_dim", "num_attention_heads, 3")])
     assert d.code == "bad-step" and "view" in d.message and d.pos.line == _line_of(text, "return")
-
 
 def test_a_kernel_argument_of_the_wrong_shape():
     d, text = _bind_error(["q = proj(hidden_states, q_weight, k_bias)", *GOOD[1:]])
@@ -322,21 +314,17 @@ def test_a_kernel_argument_of_the_wrong_shape():
     assert "bias (k_bias) has shape [256]" in d.message and "__" not in d.message
     assert (d.pos.line, d.pos.column) == (_line_of(text, "q = proj"), 7)
 
-
 def test_a_return_of_the_wrong_dtype():
     d, _ = _bind_error([*GOOD[:3], RETURN.replace("q.view(", "q.float().view(")])
     assert d.code == "bad-return" and "float32" in d.message and "bfloat16" in d.message
-
 
 def test_an_undefined_name():
     d, _ = _bind_error(["q = proj(hidden_state, q_weight, q_bias)", *GOOD[1:]])
     assert d.code == "undefined-name" and "did you mean 'hidden_states'" in d.message
 
-
 def test_the_wrong_number_of_kernel_arguments():
     d, _ = _bind_error(["q = proj(hidden_states, q_weight)", *GOOD[1:]])
     assert d.code == "bad-call" and "needs argument bias" in d.message
-
 
 @pytest.mark.parametrize("step, code, col", [
     ("x = torch.load(q_weight)", "not-allowed", 7),               # I/O
@@ -354,12 +342,10 @@ def test_a_step_outside_the_allow_list_is_refused_when_parsed(step, code, col):
     assert (d.code, d.pos.line, d.pos.column) == (code, _line_of(text, step), col)
     assert d.valid
 
-
 def test_a_pipeline_without_return():
     with pytest.raises(UcutSyntaxError) as e:
         parse(_pipeline(GOOD[:3]), "p.ucut")
     assert [d.code for d in e.value.diagnostics] == ["bad-return"]
-
 
 def test_cli_check_shows_steps_and_tune_plans_a_pipeline(capsys):
     path, pid = CPU_PIPELINES[2]
@@ -381,7 +367,6 @@ def test_cli_check_shows_steps_and_tune_plans_a_pipeline(capsys):
         assert main(tune) == 2
         assert "needs a CUDA GPU" in capsys.readouterr().err
 
-
 def test_cli_check_reports_a_pipelines_binding_errors_without_a_traceback(tmp_path, capsys):
     """A pipeline that does not bind: `check --problem` answers its positioned errors (text and --json), exit 1
     (it crashed deciding `auto` settings for kernels that had no extents: found by a new user)."""
@@ -398,7 +383,6 @@ def test_cli_check_reports_a_pipelines_binding_errors_without_a_traceback(tmp_pa
     report = json.loads(capsys.readouterr().out)
     assert not report["ok"] and [d["code"] for d in report["diagnostics"]] == ["undefined-name"]
 
-
 # --- on the GPU: emulated (large workloads) and compiled ---------------------------------------------------------
 
 @pytest.mark.gpu
@@ -408,7 +392,6 @@ def test_large_pipelines_pass_emulated_on_the_gpu(path, pid):
         pytest.xfail("the reference rounds Q·Kᵀ to bf16 before the softmax; the FMHA does not (KNOWN_DIFFERENT)")
     r = _grade(path.read_text(), str(path), pid, device="cuda")
     assert r.status is Status.PASSED, r.log
-
 
 @pytest.mark.gpu
 @pytest.mark.nvcc
@@ -422,7 +405,6 @@ def test_compiled_pipelines_pass_the_grader(path, pid, capsys):
     if code != 0 and (path, pid) in KNOWN_DIFFERENT:
         pytest.xfail(f"KNOWN_DIFFERENT (bf16 scores in the reference):\n{out.out[-2000:]}")
     assert code == 0, out.out + out.err
-
 
 def test_cuda_graphs_leave_cpu_calls_eager():
     """runtime.graphs.CudaGraphed passes CPU tensors straight to the pipeline and forwards its attributes."""
@@ -441,7 +423,6 @@ def test_cuda_graphs_leave_cpu_calls_eager():
     fn(*inputs.values(), *outs)
     fn.on_step = None
     assert fn.fn.on_step is None and steps[:2] == [(0, "start"), (0, "end")]
-
 
 @pytest.mark.gpu
 @pytest.mark.nvcc
@@ -478,7 +459,6 @@ def test_a_compiled_pipeline_replays_as_a_cuda_graph(kernel_cache, monkeypatch):
     fn(*sets[0].values(), *outs[0])
     assert fn.replays == 4
 
-
 def test_a_kernel_called_in_return_binds_and_runs():
     """`return proj(...).view(...)`: the call is bound like a step's (check accepted it; binding raised a bare
     KeyError before) and computes what the same call in a step computes."""
@@ -499,7 +479,6 @@ def test_a_kernel_called_in_return_binds_and_runs():
     emulate_pipeline(program, problem)(*inputs.values(), *got)
     emulate_pipeline(parse_file(path), problem)(*inputs.values(), *want)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
-
 
 def test_check_lists_every_pipeline_example_without_a_problem(capsys):
     """`check FILE` with no --problem lists the steps unbound (a new user's trial found a traceback there)."""

@@ -504,9 +504,10 @@ def _pipeline_solution(program, path: str, problem, args):
                         "choices; grade a concrete program, use --pick, or tune them (`ucutlass tune "
                         f"{problem.id} --spec {path}`: one study per kernel)")
     binding = bind_pipeline(program, problem, pipeline.name)
-    print(f"pipeline {pipeline.name} ({_steps(pipeline)}):\n" + "\n".join(binding.describe()),
+    emulate = getattr(args, "emulate", False)
+    print(f"pipeline {pipeline.name} ({_steps(pipeline)}):\n" + "\n".join(binding.describe(emulated=emulate)),
           file=sys.stderr)
-    if getattr(args, "emulate", False):
+    if emulate:
         from .solution import emulated_solution
 
         print(f"emulating pipeline {pipeline.name} as torch ops (kernels emulated; torch steps as they are)",

@@ -335,15 +335,22 @@ class PipelineBinding:
                 if part is not None:
                     self._runs_of(part, tensors, runs)
 
-    def describe(self) -> list[str]:
-        """One line per step: what runs (kernel, torch step, view) and, for a kernel, its bound configuration."""
+    def describe(self, emulated: bool = False, width: int = 110) -> list[str]:
+        """One line per step: what runs (kernel, torch step, view) and, for a kernel, its bound configuration, or
+        ``emulated`` (torch ops from its IR: no configuration runs). A step longer than ``width`` characters puts
+        what runs on a line of its own below it."""
         lines = []
         for i, step in enumerate(self.steps()):
             words = {"torch": "torch step", "view": "view", "value": "value"}
-            kinds = [f"kernel {r['name']} ({r['family']}: {r['config']})" if r["kind"] == "kernel" else
+            kinds = [(f"kernel {r['name']} ({r['family']}, emulated)" if emulated else
+                      f"kernel {r['name']} ({r['family']}: {r['config']})") if r["kind"] == "kernel" else
                      "scalar arithmetic (on the host)" if r == {"kind": "value", "name": "scalar arithmetic"} else
                      f"{words[r['kind']]} {r['name']}" for r in step["runs"]]
-            lines.append(f"  {i + 1}. {', '.join(step['targets'])} = {step['text']}    [{'; '.join(kinds)}]")
+            head, runs = f"  {i + 1}. {', '.join(step['targets'])} = {step['text']}", f"[{'; '.join(kinds)}]"
+            if len(head) + 4 + len(runs) <= width:
+                lines.append(f"{head}    {runs}")
+            else:
+                lines += [head, " " * (len(str(i + 1)) + 4) + runs]
         lines.append(f"  return {', '.join(value_text(v) for v in self.pipeline.returns)}")
         return lines
 
