@@ -274,6 +274,23 @@ def test_emulate_picks_a_combination_that_is_legal_and_binds(tmp_path, capsys):
     assert " 0.01 / 0.02 " in row and " / 0.99" in row, row  # every workload of this problem: atol, rtol, matched
 
 
+def test_the_library_s_emulated_solution_takes_open_choices_as_check_does(tmp_path):
+    """What `check` accepts, the emulated loader runs: a library caller's ``emulated_solution`` of a program with
+    open choices (one of them a dtype whose first option does not bind) grades as ``grade --emulate`` would,
+    and a program with no legal binding combination fails with the reason, not a traceback."""
+    text = (REPO / "problems/o_proj_residual_llama3_1_8b/kernel.ucut").read_text()
+    text = text.replace("a : bf16[M, K] row <- attn_output", "a : {f16, bf16}[M, K] row <- attn_output")
+    problem = find_problem("o_proj_residual_llama3_1_8b")
+    assert parse(text, "open.ucut").choices()
+    with Grader(problem, device="cpu", **FAST) as g:
+        (r,) = g.grade(emulated_solution(text, "open.ucut", None, "open"), [_smallest(problem)])
+        assert r.status is Status.PASSED, r.log
+        bad = text.replace("a : {f16, bf16}[M, K] row <- attn_output", "a : {f16, f32}[M, K] row <- attn_output")
+        (r,) = g.grade(emulated_solution(bad, "bad.ucut", None, "bad"), [_smallest(problem)])
+    assert r.status is not Status.PASSED
+    assert "no combination of kernel o_proj's choices passes the rules and binds" in r.log + (r.reason or ""), r.log
+
+
 def test_emulated_table_shows_a_failure_s_errors_and_its_reason():
     """A wrong program's row in an emulated grade says by how much it missed, and why (the reason line)."""
     from ucutlass.grader import Correctness, WorkloadResult, format_table

@@ -427,7 +427,11 @@ def _solution_for_file(path: str, problem, args):
     except KeyError as e:  # several kernels and no --kernel, or no such kernel
         raise UcutError(f"{e.args[0]} (--kernel NAME)") from None
     if getattr(args, "emulate", False) and any(k.choices() for k in kernels):
-        program = _emulation_program(program, kernels, problem)
+        from .emulate.choices import describe_picks, emulation_picks
+
+        picks = emulation_picks(program, problem, kernels=[k.name for k in kernels])
+        print(f"emulating, for the open choices: {describe_picks(program, picks)}", file=sys.stderr)
+        program = program.resolve(picks)
         dispatch = program.dispatch() if not args.kernel else ()
         kernels = dispatch or (program.kernel(args.kernel),)
     bound = []
@@ -474,29 +478,10 @@ def _pipeline_solution(program, path: str, problem, args):
         raise UcutError(f"{e.args[0]}: grade one pipeline per file") from None
     called = [k for k in program.kernels if k.name in pipeline.kernel_names()]
     if getattr(args, "emulate", False) and any(k.choices() for k in called):
-        from .arch.legality import legal_combinations
+        from .emulate.choices import describe_picks, emulation_picks
 
-        picks: dict = {}
-        for kernel in called:  # the first combination the rules accept with which the pipeline binds
-            if not kernel.choices():
-                continue
-            legal, _ = legal_combinations(kernel)
-            for combo in legal:
-                trial = {**picks, **{f"{kernel.name}.{key}": value for key, value in combo.items()}}
-                try:
-                    bind_pipeline(program.resolve(trial), problem, pipeline.name)
-                except CheckError:
-                    continue
-                picks = trial
-                break
-            else:
-                raise UcutError(f"{path}: no combination of kernel {kernel.name}'s choices passes the rules and "
-                                f"binds in pipeline {pipeline.name} (`ucutlass check {path} --problem {problem.id}` "
-                                "says why)")
-        choices = program.choices()
-        print("emulating, for the open choices: " + ", ".join(
-            f"{key} = {choices[key].spellings[choices[key].options.index(v)]}" for key, v in picks.items()),
-              file=sys.stderr)
+        picks = emulation_picks(program, problem, pipeline=pipeline.name)
+        print(f"emulating, for the open choices: {describe_picks(program, picks)}", file=sys.stderr)
         program = program.resolve(picks)
     open_kernels = [k.name for k in program.kernels if k.name in pipeline.kernel_names() and k.choices()]
     if open_kernels:
@@ -533,38 +518,6 @@ def _pipeline_solution(program, path: str, problem, args):
 
     return pipeline_solution({d: r.so_path for d, r in zip(bound, results)}, program.source, path,
                              f"{Path(path).stem} ({pipeline.name})", pipeline.name)
-
-
-def _emulation_program(program, kernels, problem):
-    """The program with each open choice of ``kernels`` resolved for emulation, printed: how a kernel computes
-    (tile, schedule, split-K…) does not change what it computes, so the first combination that the rules accept and
-    that binds to the problem (a dtype or layout choice must match its tensor) stands for all of them."""
-    from .arch.legality import legal_combinations
-    from .bind import bind
-    from .errors import CheckError
-
-    picks: dict = {}
-    for kernel in kernels:
-        if not kernel.choices():
-            continue
-        legal, _ = legal_combinations(kernel)
-        chosen = None
-        for combo in legal:
-            try:
-                bind(kernel.resolve(combo), problem)
-            except CheckError:
-                continue
-            chosen = combo
-            break
-        if chosen is None:
-            raise UcutError(f"{program.file}: no combination of kernel {kernel.name}'s choices passes the rules and "
-                            f"binds to {problem.id} (`ucutlass check {program.file} --problem {problem.id}` says why)")
-        picks.update({f"{kernel.name}.{key}": value for key, value in chosen.items()})
-    choices = program.choices()
-    print("emulating, for the open choices: " + ", ".join(
-        f"{key} = {choices[key].spellings[choices[key].options.index(v)]}" for key, v in picks.items()),
-          file=sys.stderr)
-    return program.resolve(picks)
 
 
 class _TSolTable:

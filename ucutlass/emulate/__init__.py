@@ -67,7 +67,8 @@ def load_solution(payload: Mapping[str, Any], problem: Any):
     """Grader loader for an emulated `.ucut` solution (``SolutionRef.loader = "ucutlass.emulate:load_solution"``).
 
     Args:
-        payload: ``{"source": <concrete .ucut text>, "file": …, "kernel": name or None}``, or with
+        payload: ``{"source": <.ucut text>, "file": …, "kernel": name or None}`` (open choices are resolved as
+            :func:`.choices.emulation_picks` says: they do not change what a kernel computes), or with
             ``"dispatch": true`` the program's dispatch (:meth:`ucutlass.ir.Program.dispatch`) as one solution,
             or with ``"pipeline": name`` the program's pipeline (:func:`emulate_pipeline`).
         problem: the :class:`ucutlass.problem.Problem` the program binds to.
@@ -77,11 +78,21 @@ def load_solution(payload: Mapping[str, Any], problem: Any):
 
     Raises:
         KernelRuntimeError: ``dispatch`` for a program with no ``when``, or a kernel emulation cannot run.
+        UcutError: no combination of an open kernel's choices passes the rules and binds.
     """
     from ..lang import parse
     from ..runtime.dispatch import dispatch_callable
 
+    from .choices import emulation_picks
+
     program = parse(payload["source"], payload.get("file", "<solution>"))
+    if program.choices():  # open choices (what `check` accepts): one combination stands for all (.choices)
+        if "pipeline" in payload:
+            picks = emulation_picks(program, problem, pipeline=payload["pipeline"])
+        else:
+            names = [k.name for k in program.dispatch()] if payload.get("dispatch") else [payload.get("kernel")]
+            picks = emulation_picks(program, problem, kernels=None if names == [None] else names)
+        program = program.resolve(picks)
     if "pipeline" in payload:
         return emulate_pipeline(program, problem, payload["pipeline"])
     if payload.get("dispatch"):

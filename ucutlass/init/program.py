@@ -81,8 +81,8 @@ def check_program(text: str, problem, file: str = "init.ucut", timeout_s: float 
     Returns:
         (passed, what happened in words: ``PASSED``, or the part that failed and why).
     """
-    from ..arch.legality import legal_combinations
     from ..bind import bind, bind_pipeline
+    from ..emulate.choices import emulation_picks
     from ..grader.supervised import grade_in_child
     from ..lang import parse
     from ..solution import emulated_solution
@@ -91,29 +91,10 @@ def check_program(text: str, problem, file: str = "init.ucut", timeout_s: float 
         program = parse(text, file)
     except UcutError as e:
         return False, f"the program does not parse: {e}"
-    try:
-        picks: dict = {}
-        for kernel in program.kernels:  # open choices: the first legal combination that binds (as grade does)
-            if not kernel.choices():
-                continue
-            legal, _ = legal_combinations(kernel)
-            if not legal:
-                return False, f"kernel {kernel.name}: no combination of its choices passes the rules"
-            for combo in legal:
-                trial = {**picks, **{f"{kernel.name}.{k}": v for k, v in combo.items()}}
-                try:
-                    resolved = program.resolve(trial)
-                    if program.pipelines:
-                        bind_pipeline(resolved, problem, program.pipelines[0].name)
-                    else:
-                        bind(resolved.kernel(kernel.name), problem)
-                except UcutError:
-                    continue
-                picks = trial
-                break
-            else:
-                picks.update({f"{kernel.name}.{k}": v for k, v in legal[0].items()})
-        program = program.resolve(picks)
+    try:  # open choices: the first legal combination that binds (as grade --emulate does)
+        pipeline = program.pipelines[0].name if program.pipelines else False
+        kernels = None if program.pipelines else [program.kernels[0].name]
+        program = program.resolve(emulation_picks(program, problem, pipeline=pipeline, kernels=kernels))
         if program.pipelines:
             bind_pipeline(program, problem, program.pipelines[0].name)
             solution = emulated_solution(program.source, file, None, f"{file} (emulated)",
