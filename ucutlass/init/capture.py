@@ -17,6 +17,10 @@ from ..errors import UcutError
 #: The value a float scalar input without a workload value traces as (then written by its name, not a number).
 SENTINEL = 0.0123456789
 
+#: Rows each data-dependent ``nonzero`` returns in a loop capture (:func:`_loop_mode`): a per-expert loop is traced
+#: once per expert with this many rows, and :mod:`.experts` vectorizes it. Prime and small, so that it is no axis.
+LOOP_ROWS = 7
+
 
 class InitError(UcutError):
     """``ucutlass init`` cannot write or check a program; the message names the part and why."""
@@ -64,6 +68,24 @@ def _line_mode(filename: str):
 
 def _LineMode(filename: str):  # noqa: N802 - reads as the mode it makes
     return _line_mode(filename)
+
+
+def _loop_mode():
+    """A TorchDispatchMode that lets a per-expert loop trace on fake tensors: each ``nonzero`` (``torch.where(mask)``)
+    becomes ``nonzero_static(…, size=LOOP_ROWS)``, so every expert's body is traced once with :data:`LOOP_ROWS` rows
+    (``if rows.numel() == 0: continue`` reads a static size). What the graph means is then only what
+    :mod:`.experts` can prove from it (each expert's rows come from a one-hot routing mask). A value read on the
+    host (``if mask.any():``, ``.item()``) still fails the capture: answering it would pick a branch for the data."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class LoopMode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.nonzero.default:
+                return torch.ops.aten.nonzero_static.default(args[0], size=LOOP_ROWS)
+            return func(*args, **(kwargs or {}))
+
+    return LoopMode()
 
 
 def _mutates(node) -> bool:
@@ -148,18 +170,41 @@ def capture(problem, workload=None) -> Capture:
         args = [scalars[n] if n in scalars else next(it) for n in order]
         return module.run(*args)
 
-    try:
+    def trace(loop: bool):
+        def run(*tensors):
+            if not loop:
+                return fn(*tensors)
+            with _loop_mode():
+                return fn(*tensors)
+
         with torch.no_grad(), fx_traceback.preserve_node_meta(), _LineMode(f"<{problem.id} reference>"):
-            gm = make_fx(fn, tracing_mode="fake")(*fakes)
+            gm = make_fx(run, tracing_mode="fake")(*fakes)
             if any(_mutates(n) for n in gm.graph.nodes):  # `x[:, -1] = 0`, `y[b].index_copy_(…)`: out of place
                 from torch.func import functionalize
 
-                gm = make_fx(functionalize(fn, remove="mutations"), tracing_mode="fake")(*fakes)
+                gm = make_fx(functionalize(run, remove="mutations"), tracing_mode="fake")(*fakes)
+        return gm
+
+    try:
+        try:
+            gm = trace(loop=False)
+        except Exception as e:  # noqa: BLE001 - a data-dependent loop: traced again with static rows per expert
+            if not _data_dependent(e):
+                raise
+            try:
+                gm = trace(loop=True)
+            except Exception:  # noqa: BLE001 - the first failure is the one to report
+                raise e from None
     except Exception as e:  # the reference is data; any failure is a message, never a traceback
         text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        data = any(w in text for w in ("data-dependent", "DataDependent", "DynamicOutputShape", "item()", "nonzero", "Unbacked",
-                                       "GuardOnDataDependent", "dynamic"))
-        why = ("data-dependent control flow or shapes (the reference reads tensor values)" if data
+        why = ("data-dependent control flow or shapes (the reference reads tensor values)" if _data_dependent(e)
                else "the reference does not trace on fake tensors")
         raise InitError(f"{problem.id}: cannot capture run(): {why}: {text[:300]}") from None
     return Capture(gm, tuple(names), workload, axes, scalars)
+
+
+def _data_dependent(e: Exception) -> bool:
+    """Whether a capture failed on a value the reference reads (a shape from ``nonzero``, an ``.item()``)."""
+    text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return any(w in text for w in ("data-dependent", "DataDependent", "DynamicOutputShape", "item()", "nonzero",
+                                   "Unbacked", "GuardOnDataDependent", "dynamic"))

@@ -25,6 +25,9 @@ def search_space(spec: KernelSpec) -> list[str]:
         return ["math = 3xtf32", "tile = {128x128x32, 128x64x32, 64x128x32, 64x64x32}"]
     k = TILE_K[spec.dtype]
     m = max(s[0] for s in spec.shapes)
+    if spec.grouped:  # one group per expert: the persistent group scheduler (sm90.grouped-scheduler), no split-K
+        tiles = [f"128x128x{k}", f"64x128x{k}"] + ([f"128x256x{k}"] if max(s[1] for s in spec.shapes) > 128 else [])
+        return [f"tile = {{{', '.join(tiles)}}}", "schedule = {cooperative, pingpong}"]
     if spec.scaled:  # blockwise FP8: tile K = the 128 K block, cooperative or pingpong (sm90.blockwise-*)
         tiles = [f"128x128x{k}", f"64x128x{k}"] + ([f"128x256x{k}"] if max(s[1] for s in spec.shapes) > 128 else [])
         return [f"tile = {{{', '.join(tiles)}}}", "schedule = {cooperative, pingpong}"]
@@ -47,6 +50,8 @@ def search_space(spec: KernelSpec) -> list[str]:
 def kernel_text(spec: KernelSpec, bindings: dict[str, str] | None = None) -> str:
     """One ``kernel NAME : gemm { … }`` block; ``bindings`` (operand → ``<- x`` / ``-> y``) binds it directly."""
     bindings = bindings or {}
+    if spec.grouped:
+        return grouped_kernel_text(spec)
     lead = "B, " if spec.batched else ""
     bdims = "N, K" if spec.b_nk else "K, N"
     body = [f"a : {spec.dtype}[{lead}M, K] row{bindings.get('a', '')}",
@@ -62,6 +67,18 @@ def kernel_text(spec: KernelSpec, bindings: dict[str, str] | None = None) -> str
         dt = spec.out
         lines.append(f"  epilogue {{ bias : {dt}[{lead}N]   d = acc + bias }}" if not spec.batched else
                      f"  epilogue {{ bias : {dt}[N]   d = acc + bias }}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def grouped_kernel_text(spec: KernelSpec) -> str:
+    """One ``kernel NAME : grouped_gemm { … }`` block: an expert loop's matmul over the pairs sorted by expert."""
+    shapes = ", ".join(f"{m}x{n}x{k}" for m, n, k in dict.fromkeys(spec.shapes))
+    lines = [f"# pairs x N x K at the captured workload: {shapes} (rows sorted by expert, one group per expert)",
+             f"kernel {spec.name} : grouped_gemm {{",
+             f"  a : {spec.dtype}[M, K] row   b : {spec.dtype}[G, N, K] row   d : {spec.out}[M, N] row"
+             "   m_sizes : i32[G]"]
+    lines += ["  " + line for line in search_space(spec)]
     lines.append("}")
     return "\n".join(lines)
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .steps import UCUT_DTYPES, KernelSpec, dtype_name
+
 #: The K block of a blockwise scale (sm90.blockwise-tile: tile K = the scale block, a multiple of 128).
 BLOCK_K = 128
 #: aten ops that only reshape.
@@ -98,3 +100,35 @@ def bias_cast(node) -> tuple | None:
             or casts[0].kwargs.get("dtype") != bv.dtype:
         return None
     return bias, [add, casts[0]], bv.dtype
+
+
+def write_scaled_call(tr: Any, node, a, b, shape: tuple, flops: int) -> bool:
+    """An f32 ``mm`` of two blockwise-dequantised FP8 operands (a: 1x128 blocks, b read through ``.t()``:
+    128x128 blocks): one blockwise-scaled FP8 gemm call (a step of the :class:`~.partition.Translator` ``tr``) on the
+    FP8 tensors and their scales. False: not that."""
+    if _val(a).dtype != _val(b).dtype or dtype_name(_val(a).dtype) != "float32":
+        return False
+    if getattr(b, "op", None) != "call_function" or \
+            getattr(b.target.overloadpacket, "__name__", "") not in ("t", "permute", "transpose"):
+        return False
+    da, db = dequantised(a), dequantised(b.args[0])
+    if da is None or db is None or da.block_rows != 1 or db.block_rows != BLOCK_K:
+        return False
+    dtype = UCUT_DTYPES[dtype_name(_val(da.q).dtype)]
+    if UCUT_DTYPES[dtype_name(_val(db.q).dtype)] != dtype:
+        return False
+    fused = bias_cast(node)  # (y + bias).to(out): acc + bias in f32 rounded once by the epilogue, as the reference
+    bias, out = (fused[0], UCUT_DTYPES[dtype_name(fused[2])]) if fused else (None, "f32")
+    tr.fused.update({n: node for n in (fused[1] if fused else ())})
+    found = tr._kernel(KernelSpec("", False, dtype, out, True, bias is not None, scaled=True), shape)
+
+    def operand(x):
+        text = tr.fmt(x)
+        return text if _val(x).is_contiguous() else f"{text}.contiguous()"
+
+    tr.kernel_flops += flops
+    args = ", ".join(operand(x) for x in (da.q, db.q, da.scale, db.scale))
+    if bias is not None:
+        args += f", bias={tr.fmt(bias)}"
+    tr.emit(node, f"{found.name}({args})", "kernel")
+    return True

@@ -11,122 +11,14 @@ written as axis expressions when a second capture at another workload shows whic
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .capture import Capture, InitError
+from .experts import ExpertLoop, ExpertLoopWriter, find_expert_loop
+from .steps import TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Partition, Step, dtype_name, node_val, ref_line
+from .symbols import symbolize
 
-#: torch dtype name → `.ucut` dtype spelling, and → the pipeline's constant.
-UCUT_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float8_e4m3fn": "f8e4m3",
-               "float8_e5m2": "f8e5m2"}
-TORCH_CONSTANTS = {"bfloat16": "torch.bfloat16", "float16": "torch.float16", "float32": "torch.float32",
-                   "int32": "torch.int32", "int64": "torch.int64", "bool": "torch.bool",
-                   "float8_e4m3fn": "torch.float8_e4m3fn", "float8_e5m2": "torch.float8_e5m2"}
-
-
-@dataclass
-class KernelSpec:
-    """One gemm kernel the program declares.
-
-    Attributes:
-        name: its name in the file; ``batched``: operands carry a batch dim ``B`` (``bmm``).
-        dtype: a and b element type (`.ucut` spelling); ``out``: d's; ``b_nk``: b declared ``[N, K]`` (a Linear
-            weight), else ``[K, N]``; ``bias``: an ``[N]`` bias in the epilogue (``addmm``); ``scaled``: FP8 a and
-            b with blockwise scales ``scale_a : f32[M, K/128]``, ``scale_b : f32[N/128, K/128]`` (:mod:`.fp8`).
-        shapes: (M, N, K) at the captured workload (sizes the search space); ``flops``: 2·M·N·K·batch per call.
-    """
-
-    name: str
-    batched: bool
-    dtype: str
-    out: str
-    b_nk: bool
-    bias: bool = False
-    shapes: list = field(default_factory=list)
-    scaled: bool = False
-
-    def key(self) -> tuple:
-        return (self.batched, self.dtype, self.out, self.b_nk, self.bias, self.scaled)
-
-
-@dataclass
-class Step:
-    """One pipeline step: ``target = expr`` (kind ``kernel``, ``torch`` or ``view``); ``line``: the reference's
-    line it comes from (None: unknown)."""
-
-    target: str
-    expr: str
-    kind: str
-    line: int | None = None
-
-
-@dataclass
-class Partition:
-    """The steps, the kernels, the outputs returned, and the matmul/attention FLOPs inside kernels and in all."""
-
-    steps: list[Step]
-    kernels: list[KernelSpec]
-    returns: list[str]
-    kernel_flops: int = 0
-    total_flops: int = 0
-
-
-def _dtype_name(dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-def _val(node):
-    return node.meta.get("val") if hasattr(node, "meta") else None
-
-
-def _ref_line(node, problem_id: str) -> int | None:
-    line = (node.meta.get("custom") or {}).get("ref_line")
-    return int(line) if line else None
-
-
-def symbolize(values: Mapping[str, tuple[int, ...]], consts: Mapping[str, int] | None = None):
-    """A function (int at each capture) → text: the axis expression that takes those values at the captured
-    workloads (``batch_size * seq_len``, ``2 * hidden``), or the number when they agree (a constant) or nothing fits.
-
-    Args:
-        values: var axis name → its value at each captured workload (the first: the one the graph is written at).
-        consts: const axis name → value: a constant ≥ 16 that only one const axis has is written by its name.
-    """
-    named: dict[int, str | None] = {}
-    for name, v in (consts or {}).items():
-        if v >= 16:
-            named[v] = None if v in named else name
-    names = list(values)
-    mul = lambda *xs: tuple(__import__("math").prod(t) for t in zip(*xs))  # noqa: E731
-    cands = [(n, values[n]) for n in names]
-    singles = len(cands)
-    for i, n in enumerate(names):
-        for m in names[i + 1:]:
-            cands.append((f"{n} * {m}", mul(values[n], values[m])))
-        for m in names:
-            if n != m:
-                cands.append((f"({n} - {m})", tuple(x - y for x, y in zip(values[n], values[m]))))
-    for i, n in enumerate(names):
-        for j, m in enumerate(names[i + 1:], i + 1):
-            for o in names[j + 1:]:
-                cands.append((f"{n} * {m} * {o}", mul(values[n], values[m], values[o])))
-
-    def fn(vals: tuple) -> str:
-        a = vals[0]
-        if len(set(vals)) == 1:
-            return named.get(a) or str(a)
-        for text, c in cands:
-            if c == vals:
-                return text
-        for text, c in cands[:singles]:
-            if c[0] and a % c[0] == 0 and all(y * (a // c[0]) == v for y, v in zip(c, vals)):
-                return f"{a // c[0]} * {text}"
-            if a and c[0] % a == 0 and all(y % (c[0] // a) == 0 and y // (c[0] // a) == v for y, v in zip(c, vals)):
-                return f"{text} // {c[0] // a}"
-        return str(a)
-
-    return fn
-
+__all__ = ["KernelSpec", "Partition", "Step", "Translator", "symbolize", "TORCH_CONSTANTS", "UCUT_DTYPES"]
 
 #: aten op name (``overloadpacket`` name) → tensor method written ``x.NAME(args…)`` (views).
 VIEW_METHODS = {"view": "reshape", "_unsafe_view": "reshape", "reshape": "reshape", "permute": "permute",
@@ -204,13 +96,15 @@ class Translator:
         self.total_flops = 0
         #: nodes a kernel's epilogue computes (node → the kernel call's node, whose name they take)
         self.fused: dict[Any, Any] = {}
+        #: a per-expert loop (a MoE reference), written as grouped GEMMs over all pairs (:mod:`.experts`)
+        self.loop = find_expert_loop(nodes, problem.id)
 
     def _changes_with_workload(self, nodes: list, others: list[Capture]):
         """Raise: no other capture has the graph's ops (a Python loop over an axis, L2_045's ``for b in
         range(batch_size)``): a program written at one workload would be wrong at the others."""
         other = list(others[0].graph.graph.nodes)
         at = next((i for i, (a, b) in enumerate(zip(nodes, other)) if a.target != b.target), min(len(nodes), len(other)))
-        line = _ref_line(nodes[min(at, len(nodes) - 1)], self.problem.id)
+        line = ref_line(nodes[min(at, len(nodes) - 1)], self.problem.id)
         where = f" from reference line {line}" if line else ""
         raise InitError(f"{self.problem.id}: the graph's ops change with the workload{where} ({len(nodes)} ops at "
                         f"{self._var(self.cap)}, {len(other)} at {self._var(others[0])}): a Python loop over an axis "
@@ -245,7 +139,7 @@ class Translator:
             bs = [o for o in b if isinstance(o, (list, tuple)) and len(o) == len(a)]
             return "[" + ", ".join(self.fmt(x, [o[i] for o in bs]) for i, x in enumerate(a)) + "]"
         if isinstance(a, torch.dtype):
-            name = _dtype_name(a)
+            name = dtype_name(a)
             if name not in TORCH_CONSTANTS:
                 self._bad(f"the dtype {name}")
             return TORCH_CONSTANTS[name]
@@ -272,6 +166,11 @@ class Translator:
                 returns = [self.fmt(o) for o in outs]
             elif node.op == "get_attr":  # a tensor constant of the reference (`x[:, -1] = 0`'s 0): one number
                 self.names[node] = self._constant(node)
+            elif self.loop is not None and node in self.loop.region:  # written once, for all experts
+                if node is self.loop.body[0]:
+                    self._expert_loop(self.loop)
+            elif self.loop is not None and node in self.loop.dead:  # the one-hot mask: the loop's pairs replace it
+                continue
             elif node in self.fused:  # computed by an earlier kernel's epilogue: its result's name
                 self.names[node] = self.names[self.fused[node]]
             elif node.op == "call_function":
@@ -304,7 +203,7 @@ class Translator:
         return out
 
     def emit(self, node, expr: str, kind: str) -> None:
-        self.steps.append(Step(self.names[node], expr, kind, _ref_line(node, self.problem.id)))
+        self.steps.append(Step(self.names[node], expr, kind, ref_line(node, self.problem.id)))
 
     def node(self, node) -> None:
         op = getattr(node.target, "__name__", str(node.target)).split(".")[0]
@@ -314,8 +213,16 @@ class Translator:
         kw = node.kwargs
         if packet in MATMUL:
             return self.matmul(node, packet)
+        if packet == "topk":  # (values, indices)
+            parts = [self.fresh(f"{node.name}_{w}") for w in ("values", "indices")]
+            for i, name in enumerate(parts):
+                self.names[(node, i)] = name
+            self.names[node] = ", ".join(parts)
+            k, dim, largest, ordered = (list(node.args[1:]) + [-1, True, True][len(node.args) - 2:])[:4]
+            extra = ([] if largest else ["largest=False"]) + ([] if ordered else ["sorted=False"])
+            return self.emit(node, f"torch.topk({', '.join([a[0], a[1], self.fmt(dim)] + extra)})", "torch")
         if packet in ("split", "split_with_sizes", "unbind"):
-            parts = [self.fresh(f"{node.name}_{i}") for i in range(len(_val(node)))]
+            parts = [self.fresh(f"{node.name}_{i}") for i in range(len(node_val(node)))]
             for i, name in enumerate(parts):
                 self.names[(node, i)] = name
             self.names[node] = ", ".join(parts)
@@ -333,14 +240,14 @@ class Translator:
         if packet in ("slice",):
             dim, start, end = (list(node.args[1:]) + [0, None, None])[:3]
             oas = [(list(o.args[1:]) + [0, None, None])[:3] for o in self.pairs.get(node, [])]
-            size = _val(x).shape[dim if dim >= 0 else dim + _val(x).dim()]
+            size = node_val(x).shape[dim if dim >= 0 else dim + node_val(x).dim()]
             end = size if end is None or end > size else end
-            idx = ":, " * (dim % _val(x).dim())
+            idx = ":, " * (dim % node_val(x).dim())
             lo = "" if start == 0 else self.fmt(start, [o[1] for o in oas])
             hi = "" if end == size else self.fmt(end, [o[2] for o in oas])
             return self.emit(node, f"{a[0]}[{idx}{lo}:{hi}]", "view")
         if packet == "select":
-            idx = ":, " * (node.args[1] % _val(x).dim())
+            idx = ":, " * (node.args[1] % node_val(x).dim())
             return self.emit(node, f"{a[0]}[{idx}{a[2]}]", "view")
         if packet in ("clone", "contiguous"):
             return self.emit(node, f"{a[0]}.contiguous()", "torch")
@@ -377,12 +284,17 @@ class Translator:
             value = f", value={a[2]}" if len(a) > 2 and a[2] not in ("0", "0.0") else ""
             return self.emit(node, f"F.pad({a[0]}, {a[1]}{value})", "torch")
         if packet == "convolution":  # (x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
-            dims, groups = _val(node.args[1]).dim() - 2, node.args[8]
+            dims, groups = node_val(node.args[1]).dim() - 2, node.args[8]
             if node.args[6] or groups == 1 or dims not in (1, 2, 3):  # a dense conv is a conv kernel's to run
                 self._unplaced(node, op, "a dense or transposed convolution: write it as a `conv` kernel (init "
                                          "places grouped convolutions only, as torch steps)")
             return self.emit(node, f"F.conv{dims}d({', '.join(a[:6])}, {a[8]})", "torch")
-        if packet in ("arange", "full"):  # factories: made on the inputs' device (device=, layout=, pin_memory= dropped)
+        if packet in ("arange", "full", "zeros"):  # factories: made on the inputs' device (device=, layout=,
+            dtype = [f"dtype={self.fmt(kw['dtype'])}"] if kw.get("dtype") is not None else []  # pin_memory= dropped)
+            if packet == "zeros":  # torch.zeros(shape) is torch.full(shape, 0)
+                return self.emit(node, f"torch.full({', '.join(a + ['0'] + dtype)})", "torch")
+            return self.emit(node, f"torch.{packet}({', '.join(a + dtype)})", "torch")
+        if packet in ("zeros_like", "ones_like"):
             dtype = [f"dtype={self.fmt(kw['dtype'])}"] if kw.get("dtype") is not None else []
             return self.emit(node, f"torch.{packet}({', '.join(a + dtype)})", "torch")
         if packet in FUNCTIONS:
@@ -390,8 +302,11 @@ class Translator:
             return self.emit(node, f"{FUNCTIONS[packet]}({', '.join(a + extra)})", "torch")
         self._unplaced(node, op)
 
+    def _expert_loop(self, loop: ExpertLoop) -> None:
+        ExpertLoopWriter(self, loop).run()
+
     def _unplaced(self, node, op: str, why: str = "init cannot place it"):
-        line = _ref_line(node, self.problem.id)
+        line = ref_line(node, self.problem.id)
         where = f" (reference line {line})" if line else ""
         raise InitError(f"{self.problem.id}: no kernel family and no allowed torch step for aten.{op}{where}: {why}")
 
@@ -405,7 +320,7 @@ class Translator:
             if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
                 self._unplaced(node, packet)
         a, b = args[0], args[1]
-        av, bv, dv = _val(a), _val(b), _val(node)
+        av, bv, dv = node_val(a), node_val(b), node_val(node)
         batched = packet in ("bmm", "baddbmm")
         m, k = av.shape[-2], av.shape[-1]
         n = bv.shape[-1]
@@ -416,22 +331,22 @@ class Translator:
             return self.emit(node, f"{self.fmt(a)} * {self.fmt(b)}", "torch")
         if not batched and not bias and self._fp8(node, a, b, (m, n, k), flops):
             return
-        dtype = UCUT_DTYPES.get(_dtype_name(av.dtype))
-        out = UCUT_DTYPES.get(_dtype_name(dv.dtype))
-        if dtype is None or out is None or _dtype_name(bv.dtype) != _dtype_name(av.dtype) or dtype.startswith("f8"):
+        dtype = UCUT_DTYPES.get(dtype_name(av.dtype))
+        out = UCUT_DTYPES.get(dtype_name(dv.dtype))
+        if dtype is None or out is None or dtype_name(bv.dtype) != dtype_name(av.dtype) or dtype.startswith("f8"):
             return self._torch_matmul(node, packet)
-        if bias and (_val(bias_node).dim() != 1 or _val(bias_node).dtype != dv.dtype):
+        if bias and (node_val(bias_node).dim() != 1 or node_val(bias_node).dtype != dv.dtype):
             return self._torch_matmul(node, packet)
         # b read through .t() / .permute(1, 0) of a contiguous [N, K] tensor: bind that tensor, D = A·Bᵀ
         src = b
         b_nk = False
         if (not batched and getattr(b, "op", None) == "call_function"
                 and getattr(b.target.overloadpacket, "__name__", "") in ("t", "permute", "transpose")
-                and _val(b.args[0]).is_contiguous()):
+                and node_val(b.args[0]).is_contiguous()):
             src, b_nk = b.args[0], True
         elif batched and getattr(b, "op", None) == "call_function" and \
                 getattr(b.target.overloadpacket, "__name__", "") == "transpose" and \
-                sorted(d % 3 for d in b.args[1:3]) == [1, 2] and _val(b.args[0]).is_contiguous():
+                sorted(d % 3 for d in b.args[1:3]) == [1, 2] and node_val(b.args[0]).is_contiguous():
             src, b_nk = b.args[0], True
         transpose_b = dtype == "f32" and not b_nk  # tf32 needs both operands K-major (sm90.tf32-k-major)
         b_nk = b_nk or transpose_b
@@ -439,61 +354,60 @@ class Translator:
 
         def operand(x):
             text = self.fmt(x)
-            return text if _val(x).is_contiguous() else f"{text}.contiguous()"
+            return text if node_val(x).is_contiguous() else f"{text}.contiguous()"
 
         call = [operand(a), f"{self.fmt(src)}.transpose(-2, -1).contiguous()" if transpose_b else operand(src)]
         if bias:
             call.append(f"bias={self.fmt(bias_node)}")
         self.kernel_flops += flops
-        self.emit(node, f"{found.name}({', '.join(call)})", "kernel")
+        pad = self._n_pad(node, n, out) if not transpose_b else 0
+        if not pad:
+            return self.emit(node, f"{found.name}({', '.join(call)})", "kernel")
+        # N rows of d not 16-byte aligned (a [M, 1] gate logit): b (and bias) padded with zero rows, d sliced back
+        found.shapes[-1] = (m, n + pad, k)
+        line = ref_line(node, self.problem.id)
+        padded = self.fresh(f"{node.name}_b")
+        self.steps.append(Step(padded, f"F.pad({call[1]}, {[0, 0, 0, pad] if b_nk else [0, pad]})", "torch", line))
+        call[1] = padded
+        if bias:
+            padded_bias = self.fresh(f"{node.name}_bias")
+            self.steps.append(Step(padded_bias, f"F.pad({self.fmt(bias_node)}, [0, {pad}])", "torch", line))
+            call[-1] = f"bias={padded_bias}"
+        full = self.fresh(f"{node.name}_full")
+        self.steps.append(Step(full, f"{found.name}({', '.join(call)})", "kernel", line))
+        self.emit(node, f"{full}[{':, ' * (dv.dim() - 1)}:{n}]", "view")
+
+    def _n_pad(self, node, n: int, out: str) -> int:
+        """Zero rows to add to N so that d's rows are 16-byte aligned (TMA; sm90.align-cp-async below that), when N
+        is the same at every captured workload (a constant: the pad is a number); else 0."""
+        per = {"bf16": 8, "f16": 8, "f32": 4}.get(out)
+        if per is None or n % per == 0:
+            return 0
+        if any(node_val(o).shape[-1] != n for o in self.pairs.get(node, [])):
+            return 0
+        return (-n) % per
 
     def _kernel(self, spec: KernelSpec, shape: tuple) -> KernelSpec:
         """The declared kernel with ``spec``'s key (declared now if new), with ``shape`` (M, N, K) added."""
         found = next((kk for kk in self.kernels if kk.key() == spec.key()), None)
         if found is None:
-            spec.name = f"{'bmm' if spec.batched else 'gemm'}{len(self.kernels)}"
+            spec.name = f"{'grouped' if spec.grouped else 'bmm' if spec.batched else 'gemm'}{len(self.kernels)}"
             self.kernels.append(spec)
             found = spec
         found.shapes.append(shape)
         return found
 
     def _fp8(self, node, a, b, shape: tuple, flops: int) -> bool:
-        """An f32 ``mm`` of two blockwise-dequantised FP8 operands (a: 1x128 blocks, b read through ``.t()``:
-        128x128 blocks): one blockwise-scaled FP8 gemm call on the FP8 tensors and their scales. False: not that."""
-        from .fp8 import BLOCK_K, bias_cast, dequantised
+        from .fp8 import write_scaled_call
 
-        if _val(a).dtype != _val(b).dtype or _dtype_name(_val(a).dtype) != "float32":
-            return False
-        if getattr(b, "op", None) != "call_function" or \
-                getattr(b.target.overloadpacket, "__name__", "") not in ("t", "permute", "transpose"):
-            return False
-        da, db = dequantised(a), dequantised(b.args[0])
-        if da is None or db is None or da.block_rows != 1 or db.block_rows != BLOCK_K:
-            return False
-        dtype = UCUT_DTYPES[_dtype_name(_val(da.q).dtype)]
-        if UCUT_DTYPES[_dtype_name(_val(db.q).dtype)] != dtype:
-            return False
-        fused = bias_cast(node)  # (y + bias).to(out): acc + bias in f32 rounded once by the epilogue, as the reference
-        bias, out = (fused[0], UCUT_DTYPES[_dtype_name(fused[2])]) if fused else (None, "f32")
-        self.fused.update({n: node for n in (fused[1] if fused else ())})
-        found = self._kernel(KernelSpec("", False, dtype, out, True, bias is not None, scaled=True), shape)
-
-        def operand(x):
-            text = self.fmt(x)
-            return text if _val(x).is_contiguous() else f"{text}.contiguous()"
-
-        self.kernel_flops += flops
-        args = ", ".join(operand(x) for x in (da.q, db.q, da.scale, db.scale))
-        if bias is not None:
-            args += f", bias={self.fmt(bias)}"
-        self.emit(node, f"{found.name}({args})", "kernel")
-        return True
+        return write_scaled_call(self, node, a, b, shape, flops)
 
     def _torch_matmul(self, node, packet: str) -> None:
         """A matmul no kernel family computes in its dtypes: left to torch (its FLOPs stay outside kernels)."""
-        a, b = _val(node.args[-2]), _val(node.args[-1])
-        line = _ref_line(node, self.problem.id)
+        a, b = node_val(node.args[-2]), node_val(node.args[-1])
+        line = ref_line(node, self.problem.id)
         where = f" (reference line {line})" if line else ""
-        raise InitError(f"{self.problem.id}: aten.{packet}{where} multiplies {_dtype_name(a.dtype)} by "
-                        f"{_dtype_name(b.dtype)} into {_dtype_name(_val(node).dtype)}: no kernel family has that "
+        raise InitError(f"{self.problem.id}: aten.{packet}{where} multiplies {dtype_name(a.dtype)} by "
+                        f"{dtype_name(b.dtype)} into {dtype_name(node_val(node).dtype)}: no kernel family has that "
                         "precision, and a matmul is not an allowed torch step")
+

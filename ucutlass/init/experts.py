@@ -1,0 +1,331 @@
+"""A per-expert loop of a captured reference as grouped GEMMs (issue 17: MoE references).
+
+MoE references loop over experts in Python::
+
+    expert_mask = F.one_hot(expert_ids, num_classes=E).permute(2, 1, 0)
+    for e in range(E):
+        idx, top_x = torch.where(expert_mask[e])          # the (slot, token) pairs routed to expert e
+        if top_x.numel() == 0: continue
+        y = down(silu(gate(x[top_x])) * up(x[top_x]))     # mm with W[e].t()
+        out.index_add_(0, top_x, y * w[top_x, idx, None])
+
+Their rows depend on the routing's values, so a fake-tensor capture fails; :func:`~.capture.capture` traces them
+again with :data:`~.capture.LOOP_ROWS` rows per ``nonzero`` (every expert's body once, with static shapes). This
+module proves what that graph computes and writes it as one pass over all (token, slot) pairs, sorted by expert:
+
+* the mask is a one-hot of a routing tensor ``R`` (``eq(R[..., None], arange(E))``, permuted so that experts lead):
+  each element of ``R`` is one pair and the pairs of expert ``e`` are the elements equal to ``e``. A stable argsort of
+  ``R.flatten()`` lists them expert by expert; a pair's coordinates in ``R`` are its flat index unravelled, and the
+  loop's coordinate column ``j`` is the one of ``R``'s dim ``perm[j + 1]``;
+* ``mm(rows, W[e].t())`` over expert ``e``'s rows is one grouped GEMM of the sorted rows (``b : [G, N, K]``, the
+  stacked ``W``, ``m_sizes`` the pairs per expert: a ``scatter_add`` of ones, so nothing syncs with the host);
+* the body's other ops are row-wise (gathers by a pair's coordinates, elementwise ops, a last-dim ``unsqueeze``):
+  the same op on all pairs at once;
+* ``index_add`` into the accumulator carried from one expert to the next is one ``index_add`` of all pairs (sums
+  in the same order: expert by expert for each token).
+
+Anything else in the loop is refused by name (an :class:`~.capture.InitError`), never guessed; and ``init``'s
+emulated grade checks the program against the reference on the problem's data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .capture import LOOP_ROWS, InitError
+from .steps import TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Step, dtype_name, ref_line
+
+#: Ops a loop body may hold besides gathers, mms, the carried index_add and the views below: row-wise math.
+ROWWISE = {"silu", "gelu", "relu", "sigmoid", "tanh", "exp", "neg", "add", "sub", "mul", "div", "_to_copy", "abs",
+           "rsqrt", "sqrt", "erf", "maximum", "minimum", "clamp", "pow", "square", "where", "log", "softplus"}
+
+
+def _packet(node) -> str:
+    target = node.target
+    return getattr(getattr(target, "overloadpacket", None), "__name__", getattr(target, "__name__", str(target)))
+
+
+def _val(node):
+    return node.meta.get("val") if hasattr(node, "meta") else None
+
+
+@dataclass
+class ExpertLoop:
+    """One per-expert loop found in a capture's node list.
+
+    Attributes:
+        experts: E, the iterations (one per expert); ``length``: nodes per iteration; ``start``: the index of the
+            first iteration's first node (``select(mask, 0, 0)``).
+        body: the first iteration's nodes (the template every iteration repeats).
+        region: every node of every iteration (translated once, as the body on all pairs).
+        routing: ``R``, the tensor whose one-hot is the mask; ``columns``: for each column of a ``nonzero`` row,
+            the dim of ``R`` it indexes.
+        carried: the body's ``index_add`` that adds into the accumulator carried from the expert before;
+            ``init``: the accumulator before the loop; ``end``: the last iteration's ``index_add`` (what follows
+            the loop reads).
+    """
+
+    experts: int
+    length: int
+    start: int
+    body: list
+    region: set
+    routing: Any
+    columns: list[int]
+    carried: Any
+    init: Any
+    end: Any
+    anchor: Any = None
+    dead: set = field(default_factory=set)
+    invariant: set = field(default_factory=set)
+
+
+def find_expert_loop(nodes: list, problem_id: str) -> ExpertLoop | None:
+    """The per-expert loop of a loop capture (``nonzero_static`` nodes of :data:`LOOP_ROWS` rows), or None when
+    the graph has none.
+
+    Raises:
+        InitError: the graph has such nodes but not a loop this module can prove (the message says which part).
+    """
+    anchors = [i for i, n in enumerate(nodes) if n.op == "call_function" and _packet(n) == "nonzero_static"
+               and n.kwargs.get("size", n.args[1] if len(n.args) > 1 else None) == LOOP_ROWS]
+    if not anchors:
+        return None
+
+    def refuse(why: str):
+        raise InitError(f"{problem_id}: data-dependent shapes (torch.where / nonzero: rows that depend on the "
+                        "reference's values): init writes a per-expert loop over a one-hot routing mask as grouped "
+                        f"GEMMs, and this is not one: {why}")
+
+    first = nodes[anchors[0]]
+    sel = first.args[0]
+    if _packet(sel) != "select" or sel.args[1:] != (0, 0):
+        refuse("its mask is not the first expert's slice mask[0] of a mask with experts first")
+    mask = sel.args[0]
+    routing, perm = _one_hot_source(mask)
+    if routing is None:
+        refuse("its mask is not a one-hot of a routing tensor (F.one_hot(ids, E).permute(…) with experts first)")
+    experts = _val(mask).shape[0]
+    if len(anchors) != experts:
+        refuse(f"{len(anchors)} nonzero calls for {experts} experts (one per expert expected)")
+    length = anchors[1] - anchors[0] if len(anchors) > 1 else None
+    start = anchors[0] - 1
+    if nodes[start] is not sel or length is None:
+        refuse("it does not start at the expert's mask slice")
+    index = {n: i for i, n in enumerate(nodes)}
+    body = nodes[start:start + length]
+    for e in range(experts):  # every iteration repeats the template, with e for 0
+        it = nodes[start + e * length:start + (e + 1) * length]
+        if len(it) != length or any(a.target != b.target for a, b in zip(it, body)):
+            refuse(f"expert {e}'s ops differ from expert 0's (a branch on the expert or on its rows)")
+        if it[0].args[0] is not mask or it[0].args[1:] != (0, e):
+            refuse(f"expert {e} reads another mask slice than mask[{e}]")
+    region = set(nodes[start:start + experts * length])
+    # the carried accumulator: the body's one node that the next iteration reads
+    nxt = nodes[start + length:start + 2 * length] if experts > 1 else []
+    carried_src = [a for n in nxt for a in _flat_args(n) if isinstance(a, type(first)) and a in region
+                   and index[a] < start + length]
+    if len(set(carried_src)) != 1 or _packet(carried_src[0]) != "index_add":
+        refuse("the iterations pass on something else than one index_add accumulator")
+    acc = carried_src[0]
+    if acc.args[1] != 0:
+        refuse("the accumulator is not one index_add along dim 0")
+    init = acc.args[0]
+    if init in region:
+        refuse("the accumulator is made inside the loop")
+    end = nodes[start + (experts - 1) * length + body.index(acc)]
+    for n in region:  # only the last accumulator leaves the loop
+        if n is not end and any(u not in region for u in n.users):
+            refuse(f"{n.name} is used after the loop (only the index_add accumulator may be)")
+    chain = [mask, mask.args[0]] + ([mask.args[0].args[0]] if _packet(mask.args[0]) == "_to_copy" else [])
+    chain += list(chain[-1].args)  # eq's unsqueeze(R, -1) and arange(E)
+    dead: set = set()  # the one-hot mask, read only by the loop: not written at all
+    for n in chain:
+        if all(u in region or u in chain for u in n.users):
+            dead.add(n)
+    # a body node that depends on nothing of its expert (`routing_weights.unsqueeze(2)` written inside the loop)
+    # is the same in every iteration: written once, as it is
+    variant = {first, acc}
+    for n in body:
+        if _packet(n) == "select" and n.args[0] not in region and n.args[1] == 0:
+            variant.add(n)
+        elif any(a in variant for a in _flat_args(n)):
+            variant.add(n)
+    invariant = {n for n in body if n not in variant and n is not body[0]}
+    cols = _val(first).shape[1]
+    columns = [perm[j + 1] for j in range(cols)]
+    loop = ExpertLoop(experts, length, start, body, region, routing, columns, acc, init, end, anchor=first, dead=dead,
+                      invariant=invariant)
+    _check_body(loop, problem_id, refuse)
+    return loop
+
+
+def _flat_args(node) -> list:
+    out = []
+    for a in (*node.args, *node.kwargs.values()):
+        out.extend(a if isinstance(a, (list, tuple)) else [a])
+    return out
+
+
+def _one_hot_source(mask):
+    """``(R, perm)`` when ``mask`` is ``permute(_to_copy(eq(unsqueeze(R, -1), arange(E))), perm)`` with
+    ``perm[0]`` the class dim (F.one_hot decomposed, experts first), else ``(None, None)``."""
+    if _packet(mask) != "permute":
+        return None, None
+    perm = list(mask.args[1])
+    x = mask.args[0]
+    if _packet(x) == "_to_copy":
+        x = x.args[0]
+    if _packet(x) != "eq" or len(x.args) != 2:
+        return None, None
+    lhs, rhs = x.args
+    if _packet(lhs) != "unsqueeze" or lhs.args[1] not in (-1, _val(lhs).dim() - 1) or _packet(rhs) != "arange":
+        return None, None
+    routing = lhs.args[0]
+    classes = _val(routing).dim()
+    if perm[0] != classes or sorted(perm) != list(range(classes + 1)):
+        return None, None
+    return routing, perm
+
+
+def weight_source(node, loop: ExpertLoop):
+    """``(W, transposed)`` when ``node`` is expert e's weight ``W[e]`` (read through ``.t()``, and an exact
+    upcast ``.to(float32)`` of a 16-bit weight), else None."""
+    transposed = False
+    if _packet(node) == "t":
+        node, transposed = node.args[0], True
+    if _packet(node) == "_to_copy" and str(node.kwargs.get("dtype")) == "torch.float32":
+        node = node.args[0]
+    if _packet(node) != "select" or node.args[1] != 0 or node.args[0] in loop.region:
+        return None
+    if _val(node.args[0]).shape[0] != loop.experts:
+        return None
+    return node.args[0], transposed
+
+
+def _check_body(loop: ExpertLoop, problem_id: str, refuse) -> None:
+    """Refuse a body op that is not row-wise over the pairs (see the module docstring)."""
+    skip = {loop.body[0], loop.anchor}
+    for n in loop.body:
+        if n in skip or n in loop.invariant:
+            continue
+        p = _packet(n)
+        if p in ("unbind",) and n.args[0] is loop.anchor and n.args[1] == 1:
+            continue
+        if p == "getitem" and _packet(n.args[0]) == "unbind" and n.args[0].args[0] is loop.anchor:
+            continue
+        if p == "select" and n.args[0] not in loop.region and n.args[1] == 0:
+            continue  # W[e]: checked where an mm reads it
+        if p in ("t", "_to_copy") and weight_source(n, loop) is not None:
+            continue  # W[e].t(), W[e].to(float32): read by an mm as its b
+        if p == "mm":
+            if weight_source(n.args[1], loop) is None:
+                refuse(f"{n.name}: a matmul whose weight is not the expert's own W[e]")
+            continue
+        if p == "index" and (n.args[0] not in loop.region or n.args[0] in loop.invariant):
+            continue  # a gather by the pairs' coordinates
+        if n is loop.carried:
+            continue
+        if p == "unsqueeze" and n.args[1] not in (0, -_val(n).dim()):
+            continue
+        if p in ROWWISE:
+            if any(a == LOOP_ROWS for a in _flat_args(n) if isinstance(a, int) and not isinstance(a, bool)):
+                refuse(f"{n.name} ({p}) names the per-expert row count")
+            continue
+        refuse(f"its body has aten.{p} ({n.name}), which init cannot write for all experts at once yet")
+
+
+class ExpertLoopWriter:
+    """Writes an :class:`ExpertLoop` as steps of a :class:`~.partition.Translator`: the pairs sorted by expert,
+    their coordinates, the pairs per expert, then the body once over all pairs (see the module docstring)."""
+
+    def __init__(self, tr: Any, loop: ExpertLoop):
+        self.tr, self.loop = tr, loop
+        self.line = ref_line(loop.anchor, tr.problem.id)
+        self.coords: dict[int, str] = {}
+
+    def step(self, base: str, expr: str, kind: str = "torch") -> str:
+        name = self.tr.fresh(base)
+        self.tr.names[("expert loop", base, len(self.tr.steps))] = name  # taken from now on
+        self.tr.steps.append(Step(name, expr, kind, self.line))
+        return name
+
+    def run(self) -> None:
+        tr, loop = self.tr, self.loop
+        routing = loop.routing
+        shape = tuple(_val(routing).shape)
+        if len(shape) not in (1, 2):
+            raise InitError(f"{tr.problem.id}: the routing tensor of the expert loop has {len(shape)} dims (1 or 2: "
+                            "tokens, or tokens x slots)")
+        self.pairs = self.step("pairs", f"{tr.names[routing]}.flatten()", "view")  # one element per (token, slot)
+        self.order = self.step("order", f"torch.argsort({self.pairs}, stable=True)")  # the pairs, expert by expert
+        if len(shape) == 1:
+            self.coords = {0: self.order}
+        else:
+            others = [_val(o).shape[1] for o in tr.pairs.get(routing, [])]
+            width = tr.fmt(shape[1], others)
+            self.width = width
+        self.rows = 1
+        for d in shape:
+            self.rows *= d
+        weights = [weight_source(n.args[1], loop) for n in loop.body if _packet(n) == "mm"]
+        first = tr.names[weights[0][0]]
+        self.m_sizes = self.step("m_sizes", f"torch.zeros_like({first}[:, 0, 0], dtype=torch.int32).scatter_add("
+                                            f"0, {self.pairs}, torch.ones_like({self.pairs}, dtype=torch.int32))")
+        for node in loop.body:
+            self.node(node)
+        tr.names[loop.end] = tr.names[loop.carried]
+
+    def coord(self, dim: int) -> str:
+        """The name of the pairs' coordinate along the routing tensor's dim ``dim`` (written when first used)."""
+        if dim not in self.coords:
+            op = "//" if dim == 0 else "%"
+            self.coords[dim] = self.step("token" if dim == 0 else "slot", f"{self.order} {op} {self.width}")
+        return self.coords[dim]
+
+    def node(self, node) -> None:
+        tr, loop = self.tr, self.loop
+        p = _packet(node)
+        if node is loop.body[0] or node is loop.anchor or (p == "unbind" and node.args[0] is loop.anchor):
+            return
+        if p == "getitem" and _packet(node.args[0]) == "unbind" and node.args[0].args[0] is loop.anchor:
+            tr.names[node] = self.coord(loop.columns[node.args[1]])
+            return
+        if weight_source(node, loop) is not None:  # W[e], W[e].t(): the stacked W, read by a grouped kernel
+            tr.names[node] = tr.names[weight_source(node, loop)[0]]
+            return
+        if p == "mm":
+            return self.grouped(node)
+        if node is loop.carried:  # one index_add of every pair into the accumulator
+            tr.names[node] = tr.fresh(node.name)
+            idx, src = node.args[2], node.args[3]
+            tr.emit(node, f"torch.index_add({tr.names[loop.init]}, 0, {tr.names[idx]}, {tr.names[src]})", "torch")
+            return
+        tr.names[node] = tr.fresh(node.name)
+        tr.node(node)
+
+    def grouped(self, node) -> None:
+        tr = self.tr
+        a, b = node.args[0], node.args[1]
+        weight, transposed = weight_source(b, self.loop)
+        wv, av, dv = _val(weight), _val(a), _val(node)
+        dtype, out = UCUT_DTYPES.get(dtype_name(wv.dtype)), UCUT_DTYPES.get(dtype_name(dv.dtype))
+        if not transposed or dtype not in ("bf16", "f16") or out not in ("bf16", "f16", "f32"):
+            raise InitError(f"{tr.problem.id}: the expert loop's {node.name} multiplies by W[e]"
+                            f"{'' if transposed else ' (not W[e].t())'} in {dtype_name(wv.dtype)} into "
+                            f"{dtype_name(dv.dtype)}: the grouped kernel takes b as [G, N, K] (W[e].t()) in bf16/f16")
+        text = tr.names[a]
+        if dtype_name(av.dtype) != dtype_name(wv.dtype):
+            if _packet(a) == "_to_copy" and dtype_name(_val(a.args[0]).dtype) == dtype_name(wv.dtype):
+                text = tr.names[a.args[0]]  # an exact upcast of a 16-bit operand: the kernel reads the original
+            else:  # an f32 intermediate times a 16-bit weight: rounded to the weight's type for the kernel
+                text = self.step(f"{node.name}_a", f"{text}.to({TORCH_CONSTANTS[dtype_name(wv.dtype)]})")
+        n, k = wv.shape[1], wv.shape[2]
+        spec = tr._kernel(KernelSpec("", False, dtype, out, True, grouped=True), (self.rows, n, k))
+        flops = 2 * self.rows * n * k
+        tr.kernel_flops += flops
+        tr.total_flops += flops
+        tr.names[node] = tr.fresh(node.name)
+        tr.emit(node, f"{spec.name}({text}, {tr.names[weight]}, {self.m_sizes})", "kernel")
+

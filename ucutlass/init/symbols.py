@@ -1,0 +1,52 @@
+"""Integers of a captured graph as axis expressions (issue 17): a view's shape or a slice bound that follows an axis
+is written ``batch_size * seq_len``, not the number it had at the captured workload, so the program serves every
+workload. Captures at several workloads (:func:`~.capture.other_workloads`) tell which axis an integer follows.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+
+def symbolize(values: Mapping[str, tuple[int, ...]], consts: Mapping[str, int] | None = None):
+    """A function (int at each capture) → text: the axis expression that takes those values at the captured
+    workloads (``batch_size * seq_len``, ``2 * hidden``), or the number when they agree (a constant) or nothing fits.
+
+    Args:
+        values: var axis name → its value at each captured workload (the first: the one the graph is written at).
+        consts: const axis name → value: a constant ≥ 16 that only one const axis has is written by its name.
+    """
+    named: dict[int, str | None] = {}
+    for name, v in (consts or {}).items():
+        if v >= 16:
+            named[v] = None if v in named else name
+    names = list(values)
+    mul = lambda *xs: tuple(__import__("math").prod(t) for t in zip(*xs))  # noqa: E731
+    cands = [(n, values[n]) for n in names]
+    singles = len(cands)
+    for i, n in enumerate(names):
+        for m in names[i + 1:]:
+            cands.append((f"{n} * {m}", mul(values[n], values[m])))
+        for m in names:
+            if n != m:
+                cands.append((f"({n} - {m})", tuple(x - y for x, y in zip(values[n], values[m]))))
+    for i, n in enumerate(names):
+        for j, m in enumerate(names[i + 1:], i + 1):
+            for o in names[j + 1:]:
+                cands.append((f"{n} * {m} * {o}", mul(values[n], values[m], values[o])))
+
+    def fn(vals: tuple) -> str:
+        a = vals[0]
+        if len(set(vals)) == 1:
+            return named.get(a) or str(a)
+        for text, c in cands:
+            if c == vals:
+                return text
+        for text, c in cands[:singles]:
+            if c[0] and a % c[0] == 0 and all(y * (a // c[0]) == v for y, v in zip(c, vals)):
+                return f"{a // c[0]} * {text}"
+            if a and c[0] % a == 0 and all(y % (c[0] // a) == 0 and y // (c[0] // a) == v for y, v in zip(c, vals)):
+                return f"{text} // {c[0] // a}"
+        return str(a)
+
+    return fn
