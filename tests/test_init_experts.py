@@ -33,6 +33,9 @@ SHRUNK = [
      "num_tokens", (6, 40)),
     # its router is in the reference (64 experts, top 8, written as numbers): only the sizes shrink
     ("L2_016_moe_expert_mlp_with_load_balancing", {"hidden_size": 128, "moe_intermediate_size": 64}, None, ()),
+    # DeepSeek's group-limited routing in the reference (an f32 router, a scatter group mask), a shared expert
+    ("L2_081_moe_sparse_expert_dispatch", {"hidden_size": 128, "moe_intermediate_size": 64, "shared_intermediate": 64},
+     "num_tokens", (6, 40)),
 ]
 
 

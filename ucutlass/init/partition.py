@@ -277,6 +277,12 @@ class Translator:
             if isinstance(node.args[1], type(node)) and not NUMBER.fullmatch(a[1]):
                 self._unplaced(node, op)  # filled with a tensor the reference computes
             return self.emit(node, f"torch.full_like({a[0]}, {a[1]})", "torch")
+        if packet == "bitwise_not" and dtype_name(node_val(x).dtype) == "bool":  # `~mask` of a bool mask
+            return self.emit(node, f"torch.logical_not({a[0]})", "torch")
+        if packet == "masked_fill":
+            return self.emit(node, f"{a[0]}.masked_fill({a[1]}, {a[2]})", "torch")
+        if packet == "scatter" and len(node.args) == 4 and not kw:  # out of place: torch.scatter(x, dim, index, v)
+            return self.emit(node, f"torch.scatter({', '.join(a)})", "torch")
         if packet == "index" and len(node.args) == 2:  # x[idx] (advanced indexing; None: a whole dim)
             idx = ", ".join(":" if i is None else self.fmt(i) for i in node.args[1])
             return self.emit(node, f"{a[0]}[{idx}]", "torch")

@@ -46,11 +46,12 @@ TORCH_FUNCTIONS: dict[str, TorchOp] = {
            "torch.nn.functional.relu", "torch.nn.functional.sigmoid", "torch.nn.functional.tanh",
            "torch.nn.functional.softplus", "torch.sigmoid", "torch.tanh", "torch.exp", "torch.log", "torch.abs",
            "torch.neg", "torch.square", "torch.pow", "torch.add", "torch.sub", "torch.mul", "torch.div",
-           "torch.maximum", "torch.minimum", "torch.clamp", "torch.where", "torch.erf"),
+           "torch.maximum", "torch.minimum", "torch.clamp", "torch.where", "torch.erf", "torch.logical_not"),
     **_ops("torch", "rope", "torch.sin", "torch.cos", "torch.outer", "torch.polar", "torch.view_as_complex",
            "torch.view_as_real"),
     **_ops("torch", "reduce", "torch.sum", "torch.mean", "torch.amax", "torch.amin", "torch.cumsum"),
     **_ops("torch", "routing", "torch.gather", "torch.index_select", "torch.index_add", "torch.scatter_add",
+           "torch.scatter",  # a group mask from top-k group indices (DeepSeek's group-limited routing)
            "torch.take_along_dim", "torch.topk", "torch.argsort", "torch.sort", "torch.repeat_interleave",
            "torch.cat", "torch.stack", "torch.zeros_like", "torch.ones_like", "torch.full_like",
            # out of place, as init writes a functionalized `x[b].index_copy_(…)` / `x[:, -1] = 0`:
