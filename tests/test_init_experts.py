@@ -33,6 +33,10 @@ SHRUNK = [
      "num_tokens", (6, 40)),
     # its router is in the reference (64 experts, top 8, written as numbers): only the sizes shrink
     ("L2_016_moe_expert_mlp_with_load_balancing", {"hidden_size": 128, "moe_intermediate_size": 64}, None, ()),
+    # `if (ids == e).any():`, `x[ids == e]`, `y[ids == e] = …`: rows of a boolean mask, an index_put accumulator
+    ("L2_047_moe_training_token_repeat_and_expert_computation",
+     {"hidden_size": 128, "moe_intermediate_size": 64, "num_experts": 16, "num_experts_per_tok": 4}, "batch_seq_len",
+     (6, 40)),
     # DeepSeek's group-limited routing in the reference (an f32 router, a scatter group mask), a shared expert
     ("L2_081_moe_sparse_expert_dispatch", {"hidden_size": 128, "moe_intermediate_size": 64, "shared_intermediate": 64},
      "num_tokens", (6, 40)),
@@ -81,7 +85,7 @@ def test_a_wrong_pairing_fails_the_check():
 
 
 def test_a_loop_whose_rows_are_no_one_hot_is_refused():
-    with pytest.raises(InitError, match="data-dependent shapes.*one-hot routing mask.*this is not one: its mask"):
+    with pytest.raises(InitError, match="data-dependent shapes.*one-hot routing mask.*this is not one: its rows are not"):
         init_program(find_problem(str(DATA / "tiny_moe_threshold")))
 
 

@@ -71,19 +71,54 @@ def _LineMode(filename: str):  # noqa: N802 - reads as the mode it makes
 
 
 def _loop_mode():
-    """A TorchDispatchMode that lets a per-expert loop trace on fake tensors: each ``nonzero`` (``torch.where(mask)``)
-    becomes ``nonzero_static(…, size=LOOP_ROWS)``, so every expert's body is traced once with :data:`LOOP_ROWS` rows
-    (``if rows.numel() == 0: continue`` reads a static size). What the graph means is then only what
-    :mod:`.experts` can prove from it (each expert's rows come from a one-hot routing mask). A value read on the
-    host (``if mask.any():``, ``.item()``) still fails the capture: answering it would pick a branch for the data."""
+    """A TorchDispatchMode that lets a per-expert loop trace on fake tensors, every expert's body once with
+    :data:`LOOP_ROWS` rows:
+
+    * ``nonzero`` (``torch.where(mask)``) becomes ``nonzero_static(…, size=LOOP_ROWS)``; a boolean mask index
+      (``x[mask]``, ``y[mask] = v``) becomes an index by those rows (``if rows.numel() == 0:`` reads a static size);
+    * ``if (ids == e).any():`` (a comparison of an integer tensor with a number, reduced by ``any``) reads True:
+      whether an expert has rows only skips an empty body, which the grouped form does with a group of 0 rows.
+
+    What the graph means is then only what :mod:`.experts` can prove from it (each expert's rows come from a
+    one-hot routing mask or ``ids == e``). Any other value read on the host (``if x.sum() > 0:``, ``.item()``) still
+    fails the capture: answering it would pick a branch for the data."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.weak import WeakIdKeyDictionary
+
+    aten = torch.ops.aten
+
+    def rows(mask):
+        return list(aten.nonzero_static.default(mask, size=LOOP_ROWS).unbind(1))
+
+    def bool_indices(indices):
+        if not any(i is not None and i.dtype == torch.bool for i in indices):
+            return None
+        out = []
+        for i in indices:
+            out += rows(i) if i is not None and i.dtype == torch.bool else [i]
+        return out
 
     class LoopMode(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.masks = WeakIdKeyDictionary()  # ids == e (by identity: a tensor's == is elementwise)
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func is torch.ops.aten.nonzero.default:
-                return torch.ops.aten.nonzero_static.default(args[0], size=LOOP_ROWS)
-            return func(*args, **(kwargs or {}))
+            kwargs = kwargs or {}
+            if func is aten.nonzero.default:
+                return aten.nonzero_static.default(args[0], size=LOOP_ROWS)
+            if func is aten.index.Tensor and bool_indices(args[1]) is not None:
+                return aten.index.Tensor(args[0], bool_indices(args[1]))
+            if func in (aten.index_put.default, aten.index_put_.default) and bool_indices(args[1]) is not None:
+                return func(args[0], bool_indices(args[1]), *args[2:], **kwargs)
+            if func is aten.any.default and args[0] in self.masks:  # a plain True: `if` reads it on the host
+                with torch._subclasses.fake_tensor.unset_fake_temporarily():
+                    return torch.tensor(True)
+            out = func(*args, **kwargs)
+            if func is aten.eq.Scalar and not args[0].dtype.is_floating_point and isinstance(args[1], int):
+                self.masks[out] = True
+            return out
 
     return LoopMode()
 

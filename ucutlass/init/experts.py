@@ -61,9 +61,11 @@ class ExpertLoop:
         region: every node of every iteration (translated once, as the body on all pairs).
         routing: ``R``, the tensor whose one-hot is the mask; ``columns``: for each column of a ``nonzero`` row,
             the dim of ``R`` it indexes.
-        carried: the body's ``index_add`` that adds into the accumulator carried from the expert before;
+        carried: the body's ``index_add`` (or ``index_put``: ``y[rows] = …``) into the accumulator carried from the
+            expert before;
             ``init``: the accumulator before the loop; ``end``: the last iteration's ``index_add`` (what follows
-            the loop reads).
+            the loop reads); ``anchors``: the body's ``nonzero`` nodes (its rows); ``dead``: the one-hot mask's
+            nodes (not written); ``invariant``: body nodes that depend on nothing of the expert (written once).
     """
 
     experts: int
@@ -76,89 +78,106 @@ class ExpertLoop:
     carried: Any
     init: Any
     end: Any
-    anchor: Any = None
+    anchors: set = field(default_factory=set)
     dead: set = field(default_factory=set)
     invariant: set = field(default_factory=set)
 
 
 def find_expert_loop(nodes: list, problem_id: str) -> ExpertLoop | None:
     """The per-expert loop of a loop capture (``nonzero_static`` nodes of :data:`LOOP_ROWS` rows), or None when
-    the graph has none.
+    the graph has none. Expert ``e``'s rows come from ``mask[e]`` of a one-hot mask with experts first, or from
+    ``ids == e`` (``x[ids == e]``, ``y[ids == e] = …``).
 
     Raises:
         InitError: the graph has such nodes but not a loop this module can prove (the message says which part).
     """
-    anchors = [i for i, n in enumerate(nodes) if n.op == "call_function" and _packet(n) == "nonzero_static"
+    anchors = [n for n in nodes if n.op == "call_function" and _packet(n) == "nonzero_static"
                and n.kwargs.get("size", n.args[1] if len(n.args) > 1 else None) == LOOP_ROWS]
     if not anchors:
         return None
 
     def refuse(why: str):
         raise InitError(f"{problem_id}: data-dependent shapes (torch.where / nonzero: rows that depend on the "
-                        "reference's values): init writes a per-expert loop over a one-hot routing mask as grouped "
-                        f"GEMMs, and this is not one: {why}")
+                        "reference's values): init writes a per-expert loop over a one-hot routing mask (or ids == e) "
+                        f"as grouped GEMMs, and this is not one: {why}")
 
-    first = nodes[anchors[0]]
-    sel = first.args[0]
-    if _packet(sel) != "select" or sel.args[1:] != (0, 0):
-        refuse("its mask is not the first expert's slice mask[0] of a mask with experts first")
-    mask = sel.args[0]
-    routing, perm = _one_hot_source(mask)
-    if routing is None:
-        refuse("its mask is not a one-hot of a routing tensor (F.one_hot(ids, E).permute(…) with experts first)")
-    experts = _val(mask).shape[0]
-    if len(anchors) != experts:
-        refuse(f"{len(anchors)} nonzero calls for {experts} experts (one per expert expected)")
-    length = anchors[1] - anchors[0] if len(anchors) > 1 else None
-    start = anchors[0] - 1
-    if nodes[start] is not sel or length is None:
-        refuse("it does not start at the expert's mask slice")
+    masks = list(dict.fromkeys(n.args[0] for n in anchors))  # expert e's mask, in order
+    first = masks[0]
+    if _packet(first) == "select" and first.args[1:] == (0, 0):  # mask[e] of F.one_hot(ids, E).permute(…)
+        mask = first.args[0]
+        routing, perm = _one_hot_source(mask)
+        if routing is None:
+            refuse("its mask is not a one-hot of a routing tensor (F.one_hot(ids, E).permute(…) with experts first)")
+        columns = [perm[j + 1] for j in range(_val(anchors[0]).shape[1])]
+        experts = _val(mask).shape[0]
+        expected = [(mask, 0, e) for e in range(experts)]
+        chain = [mask, mask.args[0]] + ([mask.args[0].args[0]] if _packet(mask.args[0]) == "_to_copy" else [])
+        chain += list(chain[-1].args)  # eq's unsqueeze(R, -1) and arange(E)
+    elif _packet(first) == "eq" and first.args[1:] == (0,) and isinstance(first.args[0], type(first)):  # ids == e
+        routing = first.args[0]
+        columns = list(range(_val(routing).dim()))
+        experts = len(masks)
+        expected = [(routing, e) for e in range(experts)]
+        chain = []
+    else:
+        refuse("its rows are not those of expert 0 (mask[0] of a one-hot mask with experts first, or ids == 0)")
+    if len(masks) != experts or [tuple(m.args) for m in masks] != expected:
+        refuse(f"{len(masks)} masks for {experts} experts, not mask[e] (or ids == e) for e = 0, 1, … in turn")
     index = {n: i for i, n in enumerate(nodes)}
+    start = index[first]
+    length = index[masks[1]] - start if experts > 1 else None
+    if length is None:
+        refuse("one expert only")
     body = nodes[start:start + length]
     for e in range(experts):  # every iteration repeats the template, with e for 0
         it = nodes[start + e * length:start + (e + 1) * length]
-        if len(it) != length or any(a.target != b.target for a, b in zip(it, body)):
+        if len(it) != length or it[0] is not masks[e] or any(
+                a.op != b.op or (a.target != b.target and a.op != "get_attr") for a, b in zip(it, body)):
             refuse(f"expert {e}'s ops differ from expert 0's (a branch on the expert or on its rows)")
-        if it[0].args[0] is not mask or it[0].args[1:] != (0, e):
-            refuse(f"expert {e} reads another mask slice than mask[{e}]")
     region = set(nodes[start:start + experts * length])
     # the carried accumulator: the body's one node that the next iteration reads
-    nxt = nodes[start + length:start + 2 * length] if experts > 1 else []
-    carried_src = [a for n in nxt for a in _flat_args(n) if isinstance(a, type(first)) and a in region
-                   and index[a] < start + length]
-    if len(set(carried_src)) != 1 or _packet(carried_src[0]) != "index_add":
-        refuse("the iterations pass on something else than one index_add accumulator")
-    acc = carried_src[0]
-    if acc.args[1] != 0:
+    nxt = nodes[start + length:start + 2 * length]
+    carried_src = {a for n in nxt for a in _flat_args(n) if isinstance(a, type(first)) and a in region
+                   and index[a] < start + length}
+    acc = next(iter(carried_src)) if len(carried_src) == 1 else None
+    if acc is None or _packet(acc) not in ("index_add", "index_put"):
+        refuse("the iterations pass on something else than one index_add / index_put accumulator")
+    if _packet(acc) == "index_add" and acc.args[1] != 0:
         refuse("the accumulator is not one index_add along dim 0")
+    if _packet(acc) == "index_put" and (len(acc.args[1]) != 1 or (len(acc.args) > 3 and acc.args[3])):
+        refuse("the accumulator is not y[rows] = … along dim 0")
     init = acc.args[0]
     if init in region:
         refuse("the accumulator is made inside the loop")
     end = nodes[start + (experts - 1) * length + body.index(acc)]
     for n in region:  # only the last accumulator leaves the loop
         if n is not end and any(u not in region for u in n.users):
-            refuse(f"{n.name} is used after the loop (only the index_add accumulator may be)")
-    chain = [mask, mask.args[0]] + ([mask.args[0].args[0]] if _packet(mask.args[0]) == "_to_copy" else [])
-    chain += list(chain[-1].args)  # eq's unsqueeze(R, -1) and arange(E)
+            refuse(f"{n.name} is used after the loop (only the accumulator may be)")
     dead: set = set()  # the one-hot mask, read only by the loop: not written at all
     for n in chain:
         if all(u in region or u in chain for u in n.users):
             dead.add(n)
     # a body node that depends on nothing of its expert (`routing_weights.unsqueeze(2)` written inside the loop)
     # is the same in every iteration: written once, as it is
-    variant = {first, acc}
+    variant = {first, acc, *anchors}
     for n in body:
         if _packet(n) == "select" and n.args[0] not in region and n.args[1] == 0:
             variant.add(n)
         elif any(a in variant for a in _flat_args(n)):
             variant.add(n)
-    invariant = {n for n in body if n not in variant and n is not body[0]}
-    cols = _val(first).shape[1]
-    columns = [perm[j + 1] for j in range(cols)]
-    loop = ExpertLoop(experts, length, start, body, region, routing, columns, acc, init, end, anchor=first, dead=dead,
-                      invariant=invariant)
+    invariant = {n for n in body if n not in variant and n is not body[0] and not _junk(n)}
+    loop = ExpertLoop(experts, length, start, body, region, routing, columns, acc, init, end,
+                      anchors={n for n in body if n in set(anchors)}, dead=dead, invariant=invariant)
     _check_body(loop, problem_id, refuse)
     return loop
+
+
+def _junk(node) -> bool:
+    """A node that computes nothing the program uses: the host-side True of ``if (ids == e).any():`` (a constant
+    lifted and detached by the capture)."""
+    if node.op == "get_attr":
+        return all(_junk(u) for u in node.users)
+    return _packet(node) in ("lift_fresh_copy", "detach_", "detach") and all(_junk(u) for u in node.users)
 
 
 def _flat_args(node) -> list:
@@ -206,14 +225,13 @@ def weight_source(node, loop: ExpertLoop):
 
 def _check_body(loop: ExpertLoop, problem_id: str, refuse) -> None:
     """Refuse a body op that is not row-wise over the pairs (see the module docstring)."""
-    skip = {loop.body[0], loop.anchor}
     for n in loop.body:
-        if n in skip or n in loop.invariant:
+        if n is loop.body[0] or n in loop.anchors or n in loop.invariant or _junk(n):
             continue
         p = _packet(n)
-        if p in ("unbind",) and n.args[0] is loop.anchor and n.args[1] == 1:
+        if p in ("unbind",) and n.args[0] in loop.anchors and n.args[1] == 1:
             continue
-        if p == "getitem" and _packet(n.args[0]) == "unbind" and n.args[0].args[0] is loop.anchor:
+        if p == "getitem" and _packet(n.args[0]) == "unbind" and n.args[0].args[0] in loop.anchors:
             continue
         if p == "select" and n.args[0] not in loop.region and n.args[1] == 0:
             continue  # W[e]: checked where an mm reads it
@@ -242,7 +260,7 @@ class ExpertLoopWriter:
 
     def __init__(self, tr: Any, loop: ExpertLoop):
         self.tr, self.loop = tr, loop
-        self.line = ref_line(loop.anchor, tr.problem.id)
+        self.line = ref_line(next(n for n in loop.body if n in loop.anchors), tr.problem.id)
         self.coords: dict[int, str] = {}
 
     def step(self, base: str, expr: str, kind: str = "torch") -> str:
@@ -287,9 +305,9 @@ class ExpertLoopWriter:
     def node(self, node) -> None:
         tr, loop = self.tr, self.loop
         p = _packet(node)
-        if node is loop.body[0] or node is loop.anchor or (p == "unbind" and node.args[0] is loop.anchor):
+        if node is loop.body[0] or node in loop.anchors or _junk(node) or (p == "unbind" and node.args[0] in loop.anchors):
             return
-        if p == "getitem" and _packet(node.args[0]) == "unbind" and node.args[0].args[0] is loop.anchor:
+        if p == "getitem" and _packet(node.args[0]) == "unbind" and node.args[0].args[0] in loop.anchors:
             tr.names[node] = self.coord(loop.columns[node.args[1]])
             return
         if weight_source(node, loop) is not None:  # W[e], W[e].t(): the stacked W, read by a grouped kernel
@@ -297,10 +315,15 @@ class ExpertLoopWriter:
             return
         if p == "mm":
             return self.grouped(node)
-        if node is loop.carried:  # one index_add of every pair into the accumulator
+        if node is loop.carried:  # one index_add (or index_copy: rows are disjoint) of every pair
             tr.names[node] = tr.fresh(node.name)
-            idx, src = node.args[2], node.args[3]
-            tr.emit(node, f"torch.index_add({tr.names[loop.init]}, 0, {tr.names[idx]}, {tr.names[src]})", "torch")
+            if p == "index_add":
+                idx, src = node.args[2], node.args[3]
+                expr = f"torch.index_add({tr.names[loop.init]}, 0, {tr.names[idx]}, {tr.names[src]})"
+            else:  # y[rows] = v: each pair's row once (nonzero rows are distinct, experts' rows disjoint)
+                idx, src = node.args[1][0], node.args[2]
+                expr = f"torch.index_copy({tr.names[loop.init]}, 0, {tr.names[idx]}, {tr.names[src]})"
+            tr.emit(node, expr, "torch")
             return
         tr.names[node] = tr.fresh(node.name)
         tr.node(node)
