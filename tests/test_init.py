@@ -62,6 +62,16 @@ def test_an_op_with_no_lowering_is_named():
         init_program(problem("tiny_no_lowering"))
 
 
+def test_a_flag_the_entry_point_makes_is_captured_at_its_value():
+    """A bool scalar input made by the custom entry point (L1_075's ``is_causal = False``) is captured at the value
+    the problem's inputs have, not as a traced 1 (which took the other branch); tanh-GELU (no strings in a pipeline:
+    torch's formula) and ``torch.ones`` translate."""
+    p = problem("tiny_flag_gelu")
+    text = init_program(p).text
+    assert "zeros_like" not in text and "torch.tanh(0.7978845608028654" in text and "torch.full([K], 1" in text
+    assert check_program(text, p) == (True, "PASSED")
+
+
 def test_symbolize_tells_axes_from_constants():
     sym = symbolize({"batch": (1, 2, 3), "seq": (8, 24, 16)}, {"hidden": 64})
     assert sym((8, 48, 48)) == "batch * seq"

@@ -182,7 +182,7 @@ def capture(problem, workload=None) -> Capture:
         module = problem.reference_module()
     except UcutError as e:
         raise InitError(f"{problem.id}: the reference does not load: {e}") from None
-    given = workload.scalar_inputs()
+    given = {**_entry_point_flags(problem, module, workload, axes), **workload.scalar_inputs()}
     names, scalars = [], {}
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = []
@@ -236,6 +236,24 @@ def capture(problem, workload=None) -> Capture:
                else "the reference does not trace on fake tensors")
         raise InitError(f"{problem.id}: cannot capture run(): {why}: {text[:300]}") from None
     return Capture(gm, tuple(names), workload, axes, scalars)
+
+
+def _entry_point_flags(problem, module, workload, axes) -> dict:
+    """The bool scalar inputs a custom entry point makes (L1_075's ``is_causal = False``), called on the meta
+    device (no memory): a reference that branches on one is captured on the branch the problem's inputs take
+    (a traced 1 took the other). Other scalars keep their trace values (a float is named by its sentinel); an entry
+    point that does not run on meta gives nothing."""
+    import torch
+
+    fn = getattr(module, problem.custom_inputs_entrypoint or "", None)
+    flags = [n for n, spec in problem.inputs.items() if problem.shape(spec, axes) is None and spec.dtype == "bool"]
+    if not callable(fn) or not flags:
+        return {}
+    try:
+        made = fn({**axes, **workload.scalar_inputs()}, torch.device("meta"))
+    except Exception:  # noqa: BLE001 - the entry point is the problem's code; it may not run on meta
+        return {}
+    return {n: made[n] for n in flags if isinstance(made, dict) and isinstance(made.get(n), bool)}
 
 
 def _data_dependent(e: Exception) -> bool:

@@ -22,7 +22,11 @@ module proves what that graph computes and writes it as one pass over all (token
 * the body's other ops are row-wise (gathers by a pair's coordinates, elementwise ops, a last-dim ``unsqueeze``):
   the same op on all pairs at once;
 * ``index_add`` into the accumulator carried from one expert to the next is one ``index_add`` of all pairs (sums
-  in the same order: expert by expert for each token).
+  in the same order: expert by expert for each token); ``y[rows] = v`` (an ``index_put``) is one ``index_copy``
+  (each pair's row is written once).
+
+The rows of expert ``e`` may also be ``ids == e`` (``x[ids == e]``, ``if (ids == e).any():``): the same, with ``R``
+= ``ids`` and its own dims as the columns.
 
 Anything else in the loop is refused by name (an :class:`~.capture.InitError`), never guessed; and ``init``'s
 emulated grade checks the program against the reference on the problem's data.
@@ -34,20 +38,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .capture import LOOP_ROWS, InitError
-from .steps import TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Step, dtype_name, ref_line
+from .steps import TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Step, dtype_name, node_val, packet, ref_line
 
 #: Ops a loop body may hold besides gathers, mms, the carried index_add and the views below: row-wise math.
 ROWWISE = {"silu", "gelu", "relu", "sigmoid", "tanh", "exp", "neg", "add", "sub", "mul", "div", "_to_copy", "abs",
            "rsqrt", "sqrt", "erf", "maximum", "minimum", "clamp", "pow", "square", "where", "log", "softplus"}
-
-
-def _packet(node) -> str:
-    target = node.target
-    return getattr(getattr(target, "overloadpacket", None), "__name__", getattr(target, "__name__", str(target)))
-
-
-def _val(node):
-    return node.meta.get("val") if hasattr(node, "meta") else None
 
 
 @dataclass
@@ -56,10 +51,10 @@ class ExpertLoop:
 
     Attributes:
         experts: E, the iterations (one per expert); ``length``: nodes per iteration; ``start``: the index of the
-            first iteration's first node (``select(mask, 0, 0)``).
+            first iteration's first node (its mask: ``select(mask, 0, 0)`` or ``eq(ids, 0)``).
         body: the first iteration's nodes (the template every iteration repeats).
         region: every node of every iteration (translated once, as the body on all pairs).
-        routing: ``R``, the tensor whose one-hot is the mask; ``columns``: for each column of a ``nonzero`` row,
+        routing: ``R``, the tensor whose one-hot (or ``== e``) is the mask; ``columns``: for each column of a ``nonzero`` row,
             the dim of ``R`` it indexes.
         carried: the body's ``index_add`` (or ``index_put``: ``y[rows] = …``) into the accumulator carried from the
             expert before;
@@ -91,7 +86,7 @@ def find_expert_loop(nodes: list, problem_id: str) -> ExpertLoop | None:
     Raises:
         InitError: the graph has such nodes but not a loop this module can prove (the message says which part).
     """
-    anchors = [n for n in nodes if n.op == "call_function" and _packet(n) == "nonzero_static"
+    anchors = [n for n in nodes if n.op == "call_function" and packet(n) == "nonzero_static"
                and n.kwargs.get("size", n.args[1] if len(n.args) > 1 else None) == LOOP_ROWS]
     if not anchors:
         return None
@@ -103,19 +98,19 @@ def find_expert_loop(nodes: list, problem_id: str) -> ExpertLoop | None:
 
     masks = list(dict.fromkeys(n.args[0] for n in anchors))  # expert e's mask, in order
     first = masks[0]
-    if _packet(first) == "select" and first.args[1:] == (0, 0):  # mask[e] of F.one_hot(ids, E).permute(…)
+    if packet(first) == "select" and first.args[1:] == (0, 0):  # mask[e] of F.one_hot(ids, E).permute(…)
         mask = first.args[0]
         routing, perm = _one_hot_source(mask)
         if routing is None:
             refuse("its mask is not a one-hot of a routing tensor (F.one_hot(ids, E).permute(…) with experts first)")
-        columns = [perm[j + 1] for j in range(_val(anchors[0]).shape[1])]
-        experts = _val(mask).shape[0]
+        columns = [perm[j + 1] for j in range(node_val(anchors[0]).shape[1])]
+        experts = node_val(mask).shape[0]
         expected = [(mask, 0, e) for e in range(experts)]
-        chain = [mask, mask.args[0]] + ([mask.args[0].args[0]] if _packet(mask.args[0]) == "_to_copy" else [])
+        chain = [mask, mask.args[0]] + ([mask.args[0].args[0]] if packet(mask.args[0]) == "_to_copy" else [])
         chain += list(chain[-1].args)  # eq's unsqueeze(R, -1) and arange(E)
-    elif _packet(first) == "eq" and first.args[1:] == (0,) and isinstance(first.args[0], type(first)):  # ids == e
+    elif packet(first) == "eq" and first.args[1:] == (0,) and isinstance(first.args[0], type(first)):  # ids == e
         routing = first.args[0]
-        columns = list(range(_val(routing).dim()))
+        columns = list(range(node_val(routing).dim()))
         experts = len(masks)
         expected = [(routing, e) for e in range(experts)]
         chain = []
@@ -140,11 +135,11 @@ def find_expert_loop(nodes: list, problem_id: str) -> ExpertLoop | None:
     carried_src = {a for n in nxt for a in _flat_args(n) if isinstance(a, type(first)) and a in region
                    and index[a] < start + length}
     acc = next(iter(carried_src)) if len(carried_src) == 1 else None
-    if acc is None or _packet(acc) not in ("index_add", "index_put"):
+    if acc is None or packet(acc) not in ("index_add", "index_put"):
         refuse("the iterations pass on something else than one index_add / index_put accumulator")
-    if _packet(acc) == "index_add" and acc.args[1] != 0:
+    if packet(acc) == "index_add" and acc.args[1] != 0:
         refuse("the accumulator is not one index_add along dim 0")
-    if _packet(acc) == "index_put" and (len(acc.args[1]) != 1 or (len(acc.args) > 3 and acc.args[3])):
+    if packet(acc) == "index_put" and (len(acc.args[1]) != 1 or (len(acc.args) > 3 and acc.args[3])):
         refuse("the accumulator is not y[rows] = … along dim 0")
     init = acc.args[0]
     if init in region:
@@ -161,7 +156,7 @@ def find_expert_loop(nodes: list, problem_id: str) -> ExpertLoop | None:
     # is the same in every iteration: written once, as it is
     variant = {first, acc, *anchors}
     for n in body:
-        if _packet(n) == "select" and n.args[0] not in region and n.args[1] == 0:
+        if packet(n) == "select" and n.args[0] not in region and n.args[1] == 0:
             variant.add(n)
         elif any(a in variant for a in _flat_args(n)):
             variant.add(n)
@@ -177,7 +172,7 @@ def _junk(node) -> bool:
     lifted and detached by the capture)."""
     if node.op == "get_attr":
         return all(_junk(u) for u in node.users)
-    return _packet(node) in ("lift_fresh_copy", "detach_", "detach") and all(_junk(u) for u in node.users)
+    return packet(node) in ("lift_fresh_copy", "detach_", "detach") and all(_junk(u) for u in node.users)
 
 
 def _flat_args(node) -> list:
@@ -190,19 +185,19 @@ def _flat_args(node) -> list:
 def _one_hot_source(mask):
     """``(R, perm)`` when ``mask`` is ``permute(_to_copy(eq(unsqueeze(R, -1), arange(E))), perm)`` with
     ``perm[0]`` the class dim (F.one_hot decomposed, experts first), else ``(None, None)``."""
-    if _packet(mask) != "permute":
+    if packet(mask) != "permute":
         return None, None
     perm = list(mask.args[1])
     x = mask.args[0]
-    if _packet(x) == "_to_copy":
+    if packet(x) == "_to_copy":
         x = x.args[0]
-    if _packet(x) != "eq" or len(x.args) != 2:
+    if packet(x) != "eq" or len(x.args) != 2:
         return None, None
     lhs, rhs = x.args
-    if _packet(lhs) != "unsqueeze" or lhs.args[1] not in (-1, _val(lhs).dim() - 1) or _packet(rhs) != "arange":
+    if packet(lhs) != "unsqueeze" or lhs.args[1] not in (-1, node_val(lhs).dim() - 1) or packet(rhs) != "arange":
         return None, None
     routing = lhs.args[0]
-    classes = _val(routing).dim()
+    classes = node_val(routing).dim()
     if perm[0] != classes or sorted(perm) != list(range(classes + 1)):
         return None, None
     return routing, perm
@@ -212,13 +207,13 @@ def weight_source(node, loop: ExpertLoop):
     """``(W, transposed)`` when ``node`` is expert e's weight ``W[e]`` (read through ``.t()``, and an exact
     upcast ``.to(float32)`` of a 16-bit weight), else None."""
     transposed = False
-    if _packet(node) == "t":
+    if packet(node) == "t":
         node, transposed = node.args[0], True
-    if _packet(node) == "_to_copy" and str(node.kwargs.get("dtype")) == "torch.float32":
+    if packet(node) == "_to_copy" and str(node.kwargs.get("dtype")) == "torch.float32":
         node = node.args[0]
-    if _packet(node) != "select" or node.args[1] != 0 or node.args[0] in loop.region:
+    if packet(node) != "select" or node.args[1] != 0 or node.args[0] in loop.region:
         return None
-    if _val(node.args[0]).shape[0] != loop.experts:
+    if node_val(node.args[0]).shape[0] != loop.experts:
         return None
     return node.args[0], transposed
 
@@ -228,10 +223,10 @@ def _check_body(loop: ExpertLoop, problem_id: str, refuse) -> None:
     for n in loop.body:
         if n is loop.body[0] or n in loop.anchors or n in loop.invariant or _junk(n):
             continue
-        p = _packet(n)
+        p = packet(n)
         if p in ("unbind",) and n.args[0] in loop.anchors and n.args[1] == 1:
             continue
-        if p == "getitem" and _packet(n.args[0]) == "unbind" and n.args[0].args[0] in loop.anchors:
+        if p == "getitem" and packet(n.args[0]) == "unbind" and n.args[0].args[0] in loop.anchors:
             continue
         if p == "select" and n.args[0] not in loop.region and n.args[1] == 0:
             continue  # W[e]: checked where an mm reads it
@@ -245,7 +240,7 @@ def _check_body(loop: ExpertLoop, problem_id: str, refuse) -> None:
             continue  # a gather by the pairs' coordinates
         if n is loop.carried:
             continue
-        if p == "unsqueeze" and n.args[1] not in (0, -_val(n).dim()):
+        if p == "unsqueeze" and n.args[1] not in (0, -node_val(n).dim()):
             continue
         if p in ROWWISE:
             if any(a == LOOP_ROWS for a in _flat_args(n) if isinstance(a, int) and not isinstance(a, bool)):
@@ -272,7 +267,7 @@ class ExpertLoopWriter:
     def run(self) -> None:
         tr, loop = self.tr, self.loop
         routing = loop.routing
-        shape = tuple(_val(routing).shape)
+        shape = tuple(node_val(routing).shape)
         if len(shape) not in (1, 2):
             raise InitError(f"{tr.problem.id}: the routing tensor of the expert loop has {len(shape)} dims (1 or 2: "
                             "tokens, or tokens x slots)")
@@ -281,13 +276,13 @@ class ExpertLoopWriter:
         if len(shape) == 1:
             self.coords = {0: self.order}
         else:
-            others = [_val(o).shape[1] for o in tr.pairs.get(routing, [])]
+            others = [node_val(o).shape[1] for o in tr.pairs.get(routing, [])]
             width = tr.fmt(shape[1], others)
             self.width = width
         self.rows = 1
         for d in shape:
             self.rows *= d
-        weights = [weight_source(n.args[1], loop) for n in loop.body if _packet(n) == "mm"]
+        weights = [weight_source(n.args[1], loop) for n in loop.body if packet(n) == "mm"]
         first = tr.names[weights[0][0]]
         self.m_sizes = self.step("m_sizes", f"torch.zeros_like({first}[:, 0, 0], dtype=torch.int32).scatter_add("
                                             f"0, {self.pairs}, torch.ones_like({self.pairs}, dtype=torch.int32))")
@@ -304,10 +299,10 @@ class ExpertLoopWriter:
 
     def node(self, node) -> None:
         tr, loop = self.tr, self.loop
-        p = _packet(node)
+        p = packet(node)
         if node is loop.body[0] or node in loop.anchors or _junk(node) or (p == "unbind" and node.args[0] in loop.anchors):
             return
-        if p == "getitem" and _packet(node.args[0]) == "unbind" and node.args[0].args[0] in loop.anchors:
+        if p == "getitem" and packet(node.args[0]) == "unbind" and node.args[0].args[0] in loop.anchors:
             tr.names[node] = self.coord(loop.columns[node.args[1]])
             return
         if weight_source(node, loop) is not None:  # W[e], W[e].t(): the stacked W, read by a grouped kernel
@@ -332,7 +327,7 @@ class ExpertLoopWriter:
         tr = self.tr
         a, b = node.args[0], node.args[1]
         weight, transposed = weight_source(b, self.loop)
-        wv, av, dv = _val(weight), _val(a), _val(node)
+        wv, av, dv = node_val(weight), node_val(a), node_val(node)
         dtype, out = UCUT_DTYPES.get(dtype_name(wv.dtype)), UCUT_DTYPES.get(dtype_name(dv.dtype))
         if not transposed or dtype not in ("bf16", "f16") or out not in ("bf16", "f16", "f32"):
             raise InitError(f"{tr.problem.id}: the expert loop's {node.name} multiplies by W[e]"
@@ -340,7 +335,7 @@ class ExpertLoopWriter:
                             f"{dtype_name(dv.dtype)}: the grouped kernel takes b as [G, N, K] (W[e].t()) in bf16/f16")
         text = tr.names[a]
         if dtype_name(av.dtype) != dtype_name(wv.dtype):
-            if _packet(a) == "_to_copy" and dtype_name(_val(a.args[0]).dtype) == dtype_name(wv.dtype):
+            if packet(a) == "_to_copy" and dtype_name(node_val(a.args[0]).dtype) == dtype_name(wv.dtype):
                 text = tr.names[a.args[0]]  # an exact upcast of a 16-bit operand: the kernel reads the original
             else:  # an f32 intermediate times a 16-bit weight: rounded to the weight's type for the kernel
                 text = self.step(f"{node.name}_a", f"{text}.to({TORCH_CONSTANTS[dtype_name(wv.dtype)]})")

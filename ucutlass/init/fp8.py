@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .steps import UCUT_DTYPES, KernelSpec, dtype_name
+from .steps import UCUT_DTYPES, KernelSpec, dtype_name, node_val, packet
 
 #: The K block of a blockwise scale (sm90.blockwise-tile: tile K = the scale block, a multiple of 128).
 BLOCK_K = 128
@@ -34,38 +34,29 @@ class Dequantised:
     block_rows: int
 
 
-def _packet(node) -> str:
-    if getattr(node, "op", None) != "call_function":
-        return ""
-    return getattr(getattr(node.target, "overloadpacket", None), "__name__", "")
-
-
-def _val(node):
-    return node.meta.get("val")
-
 
 def dequantised(node) -> Dequantised | None:
     """``(q, scale, block rows)`` when ``node`` (a 2-D f32 matmul operand) is a blockwise dequantisation of an FP8
     tensor in the layout above, else None."""
     import torch
 
-    if _packet(node) not in RESHAPES or _val(node) is None or _val(node).dim() != 2:
+    if packet(node) not in RESHAPES or node_val(node) is None or node_val(node).dim() != 2:
         return None
     mul = node.args[0]
-    if _packet(mul) != "mul" or len(mul.args) != 2:
+    if packet(mul) != "mul" or len(mul.args) != 2:
         return None
     for blocks, scale4 in (mul.args, mul.args[::-1]):
-        if _packet(blocks) not in RESHAPES or _packet(scale4) != "unsqueeze":
+        if packet(blocks) not in RESHAPES or packet(scale4) != "unsqueeze":
             continue
         cast = blocks.args[0]
-        if _packet(cast) != "_to_copy" or cast.kwargs.get("dtype") is not torch.float32:
+        if packet(cast) != "_to_copy" or cast.kwargs.get("dtype") is not torch.float32:
             continue
         q = cast.args[0]
         inner = scale4.args[0]
-        if _packet(inner) != "unsqueeze" or scale4.args[1] % 4 != 3 or inner.args[1] % 3 != 1:
+        if packet(inner) != "unsqueeze" or scale4.args[1] % 4 != 3 or inner.args[1] % 3 != 1:
             continue
         scale = inner.args[0]
-        qv, sv, bv = _val(q), _val(scale), _val(blocks)
+        qv, sv, bv = node_val(q), node_val(scale), node_val(blocks)
         if qv is None or sv is None or bv is None or qv.dtype not in (torch.float8_e4m3fn, torch.float8_e5m2):
             continue
         rows, k = qv.shape[-2:] if qv.dim() == 2 else (None, None)
@@ -86,17 +77,17 @@ def bias_cast(node) -> tuple | None:
     import torch
 
     users = list(node.users)
-    if len(users) == 1 and _packet(users[0]) == "_to_copy" and users[0].kwargs.get("dtype") in (torch.bfloat16,
+    if len(users) == 1 and packet(users[0]) == "_to_copy" and users[0].kwargs.get("dtype") in (torch.bfloat16,
                                                                                                 torch.float16):
         return None, [users[0]], users[0].kwargs["dtype"]
-    if len(users) != 1 or _packet(users[0]) != "add" or len(users[0].args) != 2 or users[0].args[0] is not node \
+    if len(users) != 1 or packet(users[0]) != "add" or len(users[0].args) != 2 or users[0].args[0] is not node \
             or users[0].kwargs.get("alpha", 1) != 1:
         return None
     add, bias = users[0], users[0].args[1]
-    bv = _val(bias) if hasattr(bias, "meta") else None
+    bv = node_val(bias) if hasattr(bias, "meta") else None
     casts = list(add.users)
-    if bv is None or bv.dim() != 1 or bv.shape[0] != _val(node).shape[1] or bv.dtype not in (
-            torch.bfloat16, torch.float16) or len(casts) != 1 or _packet(casts[0]) != "_to_copy" \
+    if bv is None or bv.dim() != 1 or bv.shape[0] != node_val(node).shape[1] or bv.dtype not in (
+            torch.bfloat16, torch.float16) or len(casts) != 1 or packet(casts[0]) != "_to_copy" \
             or casts[0].kwargs.get("dtype") != bv.dtype:
         return None
     return bias, [add, casts[0]], bv.dtype
@@ -106,7 +97,7 @@ def write_scaled_call(tr: Any, node, a, b, shape: tuple, flops: int) -> bool:
     """An f32 ``mm`` of two blockwise-dequantised FP8 operands (a: 1x128 blocks, b read through ``.t()``:
     128x128 blocks): one blockwise-scaled FP8 gemm call (a step of the :class:`~.partition.Translator` ``tr``) on the
     FP8 tensors and their scales. False: not that."""
-    if _val(a).dtype != _val(b).dtype or dtype_name(_val(a).dtype) != "float32":
+    if node_val(a).dtype != node_val(b).dtype or dtype_name(node_val(a).dtype) != "float32":
         return False
     if getattr(b, "op", None) != "call_function" or \
             getattr(b.target.overloadpacket, "__name__", "") not in ("t", "permute", "transpose"):
@@ -114,8 +105,8 @@ def write_scaled_call(tr: Any, node, a, b, shape: tuple, flops: int) -> bool:
     da, db = dequantised(a), dequantised(b.args[0])
     if da is None or db is None or da.block_rows != 1 or db.block_rows != BLOCK_K:
         return False
-    dtype = UCUT_DTYPES[dtype_name(_val(da.q).dtype)]
-    if UCUT_DTYPES[dtype_name(_val(db.q).dtype)] != dtype:
+    dtype = UCUT_DTYPES[dtype_name(node_val(da.q).dtype)]
+    if UCUT_DTYPES[dtype_name(node_val(db.q).dtype)] != dtype:
         return False
     fused = bias_cast(node)  # (y + bias).to(out): acc + bias in f32 rounded once by the epilogue, as the reference
     bias, out = (fused[0], UCUT_DTYPES[dtype_name(fused[2])]) if fused else (None, "f32")
@@ -124,7 +115,7 @@ def write_scaled_call(tr: Any, node, a, b, shape: tuple, flops: int) -> bool:
 
     def operand(x):
         text = tr.fmt(x)
-        return text if _val(x).is_contiguous() else f"{text}.contiguous()"
+        return text if node_val(x).is_contiguous() else f"{text}.contiguous()"
 
     tr.kernel_flops += flops
     args = ", ".join(operand(x) for x in (da.q, db.q, da.scale, db.scale))

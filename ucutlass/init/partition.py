@@ -36,7 +36,8 @@ FUNCTIONS = {"relu": "F.relu", "silu": "F.silu", "sigmoid": "torch.sigmoid", "ta
              "amin": "torch.amin", "cumsum": "torch.cumsum", "gather": "torch.gather",
              "index_select": "torch.index_select", "softplus": "F.softplus",
              "triu": "torch.triu", "tril": "torch.tril", "roll": "torch.roll", "index_copy": "torch.index_copy",
-             "select_scatter": "torch.select_scatter", "slice_scatter": "torch.slice_scatter"}
+             "select_scatter": "torch.select_scatter", "slice_scatter": "torch.slice_scatter",
+             "scatter_add": "torch.scatter_add"}
 MATMUL = {"mm", "addmm", "bmm", "baddbmm"}
 #: The text of a number (a tensor constant of the graph written by :meth:`Translator._constant`).
 NUMBER = re.compile(r"-?(torch\.inf|torch\.nan|[0-9.]+(e[+-]?[0-9]+)?)|True|False")
@@ -266,6 +267,10 @@ class Translator:
             return self.emit(node, f"{a[1]} - {a[0]}", "torch")
         if packet == "gelu" and kw.get("approximate", "none") == "none":
             return self.emit(node, f"F.gelu({a[0]})", "torch")
+        if packet == "gelu" and kw.get("approximate") == "tanh":  # a pipeline has no strings: torch's formula
+            x3 = f"{a[0]} * {a[0]} * {a[0]}"
+            return self.emit(node, f"0.5 * {a[0]} * (1.0 + torch.tanh(0.7978845608028654 * ({a[0]} + 0.044715 * "
+                                   f"{x3})))", "torch")
         if packet in ("_softmax", "_log_softmax"):
             fn = "torch.softmax" if packet == "_softmax" else "torch.log_softmax"
             return self.emit(node, f"{fn}({a[0]}, {a[1]})", "torch")
@@ -295,10 +300,11 @@ class Translator:
                 self._unplaced(node, op, "a dense or transposed convolution: write it as a `conv` kernel (init "
                                          "places grouped convolutions only, as torch steps)")
             return self.emit(node, f"F.conv{dims}d({', '.join(a[:6])}, {a[8]})", "torch")
-        if packet in ("arange", "full", "zeros"):  # factories: made on the inputs' device (device=, layout=,
+        if packet in ("arange", "full", "zeros", "ones"):  # factories: made on the inputs' device (device=, layout=,
             dtype = [f"dtype={self.fmt(kw['dtype'])}"] if kw.get("dtype") is not None else []  # pin_memory= dropped)
-            if packet == "zeros":  # torch.zeros(shape) is torch.full(shape, 0)
-                return self.emit(node, f"torch.full({', '.join(a + ['0'] + dtype)})", "torch")
+            if packet in ("zeros", "ones"):  # torch.zeros(shape) is torch.full(shape, 0)
+                fill = "0" if packet == "zeros" else "1"
+                return self.emit(node, f"torch.full({', '.join(a + [fill] + dtype)})", "torch")
             return self.emit(node, f"torch.{packet}({', '.join(a + dtype)})", "torch")
         if packet in ("zeros_like", "ones_like"):
             dtype = [f"dtype={self.fmt(kw['dtype'])}"] if kw.get("dtype") is not None else []

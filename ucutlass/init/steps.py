@@ -77,3 +77,12 @@ def ref_line(node, problem_id: str) -> int | None:
     """The reference line a node was made on (tagged by :func:`~.capture.capture`), or None."""
     line = (node.meta.get("custom") or {}).get("ref_line")
     return int(line) if line else None
+
+
+def packet(node) -> str:
+    """The aten op's name of a graph node (``mm`` for ``aten.mm.default``; ``getitem`` for ``operator.getitem``), or
+    "" for a node that calls nothing (a placeholder, a constant)."""
+    if getattr(node, "op", None) != "call_function":
+        return ""
+    target = node.target
+    return getattr(getattr(target, "overloadpacket", None), "__name__", getattr(target, "__name__", str(target)))
