@@ -8,8 +8,11 @@
 # TUNE_TIMEOUT (default 540 s per problem).
 # A trial builds the pipeline's kernels (nvcc, 1-3 min each when not cached) and grades the whole pipeline, so one
 # problem can take up to TUNE_TIMEOUT: on the device tool (10 minutes a call) give one problem per call.
+# A PROBLEM with no :SPEC is tuned as a user with no spec runs it: `ucutlass tune PROBLEM` on the program `init` writes
+# from the reference (issue 17's "tune with no spec"; the MoE problems' grouped GEMMs: ucutlass/init/experts.py).
 # Usage: bash scripts/device_tune_pipelines.sh            (the three below, one after the other)
 #        bash scripts/device_tune_pipelines.sh L1_050_attention_qkv_projection_with_bias_and_reshape:examples/pipeline_qkv_heads.ucut
+#        bash scripts/device_tune_pipelines.sh L2_024_moe_expert_parallel_execution            (no spec: init's program)
 set -uo pipefail
 . scripts/device_setup.sh || exit 1
 items=("$@")
@@ -21,14 +24,17 @@ items=("$@")
 mkdir -p /tmp/tune /tmp/specs
 for item in "${items[@]}"; do
   problem=${item%%:*}; spec=${item#*:}
-  open=/tmp/specs/$(basename "$spec")
-  sed -e 's/tile = 128x128x64   schedule = cooperative/tile = {128x128x64, 128x256x64, 256x128x64}   schedule = cooperative/' \
-      -e 's/tile = 128x256x64   cluster = 2x1x1/tile = {128x128x64, 128x256x64}   cluster = {1x1x1, 2x1x1}/' \
-      "$REPO/$spec" > "$open"
-  args=(--spec "$open" --out "/tmp/tune/$problem" --jobs "${JOBS:-16}" --trials "${TRIALS:-4}"
+  args=(--out "/tmp/tune/$problem" --jobs "${JOBS:-16}" --trials "${TRIALS:-4}"
         --time-limit "${TIME_LIMIT:-240}" --max-workloads "${MAX_WORKLOADS:-3}")
+  if [ "$spec" != "$item" ]; then
+    open=/tmp/specs/$(basename "$spec")
+    sed -e 's/tile = 128x128x64   schedule = cooperative/tile = {128x128x64, 128x256x64, 256x128x64}   schedule = cooperative/' \
+        -e 's/tile = 128x256x64   cluster = 2x1x1/tile = {128x128x64, 128x256x64}   cluster = {1x1x1, 2x1x1}/' \
+        "$REPO/$spec" > "$open"
+    args=(--spec "$open" "${args[@]}")
+    grep -n '{' "$open" | grep -v epilogue
+  fi
   echo "== ucutlass tune $problem ${args[*]}"
-  grep -n '{' "$open" | grep -v epilogue
   ( cd /tmp && PYTHONUNBUFFERED=1 timeout "${TUNE_TIMEOUT:-540}" ucutlass tune "$problem" "${args[@]}" ) \
     > "$OUT/$problem.log" 2>&1
   echo "exit $?"
