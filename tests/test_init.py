@@ -220,7 +220,8 @@ def test_the_fp8_gemms_bias_and_cast_go_to_its_epilogue(tmp_path):
     p = find_problem(str(folder))
     text = init_program(p).text
     assert "d : bf16[M, N] row" in text and "epilogue { bias : bf16[N]   d = acc + bias }" in text
-    assert "bias=bias)" in text and text.rstrip().endswith("return mm\n}")  # no torch step after the gemm
+    # no torch step after the gemm; its result takes the output's name
+    assert "  y = gemm0(" in text and "bias=bias)" in text and text.rstrip().endswith("return y\n}")
     assert check_program(text, p) == (True, "PASSED")
 
 

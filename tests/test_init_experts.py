@@ -70,6 +70,7 @@ def test_a_one_hot_expert_loop_is_grouped_gemms_that_pass_emulated():
     assert text.count("= grouped0(") == 3  # gate, up, down: one call each for all experts
     assert "torch.argsort(pairs, stable=True)" in text and "torch.index_add(" in text
     assert "for e in" not in text and "one_hot" not in text  # the loop and its mask are gone
+    assert "token = order // top_k" in text and text.rstrip().endswith("return out\n}")  # axis and output names
     assert result.flop_share == 1.0
     assert check_program(text, problem) == (True, "PASSED")
 

@@ -1013,9 +1013,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("init", help="write a .ucut program from a problem's reference (kernels + torch steps) and "
                        "check it with the emulated grade on the smallest workload")
-    p.add_argument("problem")
+    p.add_argument("problem", help="a problem id (as `ucutlass problems` lists them) or a problem folder's path")
     p.add_argument("-o", "--output", metavar="FILE", help="write the program here (default: stdout)")
-    p.add_argument("--no-check", action="store_true", help="do not grade it (emulated) after writing it")
+    p.add_argument("--no-check", action="store_true", help="do not grade it (emulated) after writing it (a problem "
+                   "whose smallest workload is too large for this machine's memory)")
     _problems_arg(p)
     p.set_defaults(func=cmd_init)
 

@@ -8,6 +8,7 @@ small CPU. Every shape in a graph is concrete at its workload; captures at other
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -234,7 +235,9 @@ def capture(problem, workload=None) -> Capture:
         text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         why = ("data-dependent control flow or shapes (the reference reads tensor values)" if _data_dependent(e)
                else "the reference does not trace on fake tensors")
-        raise InitError(f"{problem.id}: cannot capture run(): {why}: {text[:300]}") from None
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == f"<{problem.id} reference>"]
+        where = f" at reference line {lines[-1]}" if lines else ""
+        raise InitError(f"{problem.id}: cannot capture run(){where}: {why}: {text[:300]}") from None
     return Capture(gm, tuple(names), workload, axes, scalars)
 
 

@@ -117,7 +117,7 @@ def program_text(part: Partition, problem, reference_lines: list[str]) -> str:
     for step in part.steps:
         line = f"  {step.target} = {step.expr}"
         if step.line is not None and step.line != last and 0 < step.line <= len(reference_lines):
-            line += f"   # line {step.line}: {reference_lines[step.line - 1].strip()[:80]}"
+            line += f"   # line {step.line}: {_clip(reference_lines[step.line - 1].strip(), 80)}"
         last = step.line
         pipe.append(line)
     pipe.append(f"  return {', '.join(part.returns)}")
@@ -128,3 +128,11 @@ def program_text(part: Partition, problem, reference_lines: list[str]) -> str:
 def _ident(text: str) -> str:
     out = "".join(c if c.isalnum() else "_" for c in text)
     return out if not out[0].isdigit() else "p_" + out
+
+
+def _clip(text: str, width: int) -> str:
+    """``text`` cut at a word boundary within ``width`` characters, with "…" when cut."""
+    if len(text) <= width:
+        return text
+    cut = text[:width].rsplit(" ", 1)[0]
+    return (cut if len(cut) > width // 2 else text[:width]) + " …"

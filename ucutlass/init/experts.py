@@ -91,10 +91,15 @@ def find_expert_loop(nodes: list, problem_id: str) -> ExpertLoop | None:
     if not anchors:
         return None
 
+    line = ref_line(anchors[0], problem_id)
+
     def refuse(why: str):
-        raise InitError(f"{problem_id}: data-dependent shapes (torch.where / nonzero: rows that depend on the "
+        where = f" (reference line {line})" if line else ""
+        raise InitError(f"{problem_id}: data-dependent shapes{where} (torch.where / nonzero: rows that depend on the "
                         "reference's values): init writes a per-expert loop over a one-hot routing mask (or ids == e) "
-                        f"as grouped GEMMs, and this is not one: {why}")
+                        f"as grouped GEMMs, and this is not one: {why}. If it is a MoE dispatch, write it by hand: a "
+                        "pipeline that sorts the rows by expert and calls grouped_gemm kernels "
+                        "(examples/pipeline_moe_experts.ucut)")
 
     masks = list(dict.fromkeys(n.args[0] for n in anchors))  # expert e's mask, in order
     first = masks[0]
@@ -258,10 +263,10 @@ class ExpertLoopWriter:
         self.line = ref_line(next(n for n in loop.body if n in loop.anchors), tr.problem.id)
         self.coords: dict[int, str] = {}
 
-    def step(self, base: str, expr: str, kind: str = "torch") -> str:
+    def step(self, base: str, expr: str, kind: str = "torch", line: int | None = None) -> str:
         name = self.tr.fresh(base)
         self.tr.names[("expert loop", base, len(self.tr.steps))] = name  # taken from now on
-        self.tr.steps.append(Step(name, expr, kind, self.line))
+        self.tr.steps.append(Step(name, expr, kind, line or self.line))
         return name
 
     def run(self) -> None:
@@ -277,8 +282,10 @@ class ExpertLoopWriter:
             self.coords = {0: self.order}
         else:
             others = [node_val(o).shape[1] for o in tr.pairs.get(routing, [])]
-            width = tr.fmt(shape[1], others)
-            self.width = width
+            self.width = tr.fmt(shape[1], others)
+            spec = tr.problem.inputs.get(tr.names[routing]) if routing.op == "placeholder" else None
+            if spec is not None and spec.shape and not str(spec.shape[1]).isdigit():
+                self.width = str(spec.shape[1])  # the input's own axis (num_experts_per_tok), not its value
         self.rows = 1
         for d in shape:
             self.rows *= d
@@ -337,8 +344,10 @@ class ExpertLoopWriter:
         if dtype_name(av.dtype) != dtype_name(wv.dtype):
             if packet(a) == "_to_copy" and dtype_name(node_val(a.args[0]).dtype) == dtype_name(wv.dtype):
                 text = tr.names[a.args[0]]  # an exact upcast of a 16-bit operand: the kernel reads the original
-            else:  # an f32 intermediate times a 16-bit weight: rounded to the weight's type for the kernel
-                text = self.step(f"{node.name}_a", f"{text}.to({TORCH_CONSTANTS[dtype_name(wv.dtype)]})")
+            else:  # an f32 intermediate times a 16-bit weight: rounded to the weight's type for the kernel (the
+                # reference multiplies in f32; the emulated check says whether the problem's tolerance holds)
+                text = self.step(f"{node.name}_a", f"{text}.to({TORCH_CONSTANTS[dtype_name(wv.dtype)]})",
+                                 line=ref_line(node, tr.problem.id))
         n, k = wv.shape[1], wv.shape[2]
         spec = tr._kernel(KernelSpec("", False, dtype, out, True, grouped=True), (self.rows, n, k))
         flops = 2 * self.rows * n * k

@@ -48,6 +48,22 @@ RESERVED = {"kernel", "when", "epilogue", "pipeline", "return", "row", "col", "a
             "True", "False", "None"}
 
 
+def _name_outputs(steps: list[Step], returns: list[str], outputs: list[str], taken: set[str]) -> list[str]:
+    """``returns`` with each step result that the pipeline returns renamed to the problem's output name
+    (``to_copy_1281`` → ``output``), in the steps that make and read it, where that name is free."""
+    used = taken | {t for s in steps for t in s.target.split(", ")}
+    out = list(returns)
+    for i, (name, want) in enumerate(zip(returns, outputs)):
+        if name == want or want in used or name in out[:i] or not any(name in s.target.split(", ") for s in steps):
+            continue
+        word = re.compile(rf"(?<![.\w]){re.escape(name)}\b")  # not torch.index_add for index_add
+        for s in steps:
+            s.target, s.expr = word.sub(want, s.target), word.sub(want, s.expr)
+        out[i] = want
+        used.add(want)
+    return out
+
+
 def _live(steps: list[Step], returns: list[str]) -> list[Step]:
     """The steps whose result is used by a later step or returned (a ``.t()`` bound as a kernel's b is not)."""
     used = set(returns)
@@ -179,7 +195,10 @@ class Translator:
                 self.node(node)
             else:
                 raise InitError(f"{self.problem.id}: the graph has a {node.op} node ({node.target})")
-        return Partition(_live(self.steps, returns), self.kernels, returns, self.kernel_flops, self.total_flops)
+        steps = _live(self.steps, returns)
+        returns = _name_outputs(steps, returns, list(self.problem.outputs),
+                                set(self.problem.inputs) | set(self.problem.axes) | RESERVED)
+        return Partition(steps, self.kernels, returns, self.kernel_flops, self.total_flops)
 
     def _constant(self, node) -> str:
         """The text of a one-element tensor constant the graph holds (written as its number)."""
