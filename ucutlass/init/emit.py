@@ -79,6 +79,8 @@ def grouped_kernel_text(spec: KernelSpec) -> str:
              f"  a : {spec.dtype}[M, K] row   b : {spec.dtype}[G, N, K] row   d : {spec.out}[M, N] row"
              "   m_sizes : i32[G]"]
     lines += ["  " + line for line in search_space(spec)]
+    if spec.epilogue:
+        lines.append(f"  epilogue {{ {spec.epilogue} }}")
     lines.append("}")
     return "\n".join(lines)
 

@@ -307,6 +307,8 @@ class ExpertLoopWriter:
     def node(self, node) -> None:
         tr, loop = self.tr, self.loop
         p = packet(node)
+        if node in tr.names:  # written already: a routing weight a kernel's epilogue reads, or fused into one
+            return
         if node is loop.body[0] or node in loop.anchors or _junk(node) or (p == "unbind" and node.args[0] in loop.anchors):
             return
         if p == "getitem" and packet(node.args[0]) == "unbind" and node.args[0].args[0] in loop.anchors:
@@ -349,10 +351,37 @@ class ExpertLoopWriter:
                 text = self.step(f"{node.name}_a", f"{text}.to({TORCH_CONSTANTS[dtype_name(wv.dtype)]})",
                                  line=ref_line(node, tr.problem.id))
         n, k = wv.shape[1], wv.shape[2]
-        spec = tr._kernel(KernelSpec("", False, dtype, out, True, grouped=True), (self.rows, n, k))
+        epilogue, extra, fused = self.epilogue(node, out)
+        spec = tr._kernel(KernelSpec("", False, dtype, out, True, grouped=True, epilogue=epilogue), (self.rows, n, k))
         flops = 2 * self.rows * n * k
         tr.kernel_flops += flops
         tr.total_flops += flops
-        tr.names[node] = tr.fresh(node.name)
-        tr.emit(node, f"{spec.name}({text}, {tr.names[weight]}, {self.m_sizes})", "kernel")
+        tr.names[node] = tr.fresh((fused[-1] if fused else node).name)
+        tr.emit(node, f"{spec.name}({', '.join([text, tr.names[weight], self.m_sizes] + extra)})", "kernel")
+        for f in fused:  # computed by the kernel's epilogue: its result
+            tr.names[f] = tr.names[node]
+
+    def epilogue(self, node, out: str) -> tuple[str, list[str], list]:
+        """What of the row-wise ops after a grouped ``mm`` its epilogue computes (one pass over D less each), as
+        ``(epilogue text, extra call arguments, the nodes it computes)``: ``silu(mm)`` →
+        ``d = silu(cast(acc, OUT))``; ``mm * w[pair].unsqueeze(-1)`` (a routing weight per row, of D's type) →
+        ``w : OUT[M]   d = cast(acc, OUT) * w``. Rounded as the reference: D to OUT first, then the op, rounded
+        once more. Only for 16-bit D (an f32 D leaves them as torch steps)."""
+        users = list(node.users)
+        if out not in ("bf16", "f16") or len(users) != 1:
+            return "", [], []
+        user = users[0]
+        if packet(user) == "silu":
+            return f"d = silu(cast(acc, {out}))", [], [user]
+        if packet(user) == "mul" and len(user.args) == 2 and all(isinstance(a, type(node)) for a in user.args):
+            scale = user.args[1] if user.args[0] is node else user.args[0]
+            sv = node_val(scale)
+            if packet(scale) == "unsqueeze" and scale.args[1] in (-1, 1) and sv.dim() == 2 and sv.shape[1] == 1 \
+                    and UCUT_DTYPES.get(dtype_name(sv.dtype)) == out and scale.args[0] in self.loop.region \
+                    and len(scale.users) == 1:
+                vector = scale.args[0]
+                self.node(vector)  # the gather of each pair's weight, written before the call
+                self.tr.names[scale] = self.tr.names[vector]
+                return f"w : {out}[M]   d = cast(acc, {out}) * w", [self.tr.names[vector]], [user]
+        return "", [], []
 

@@ -36,9 +36,10 @@ class KernelSpec:
     shapes: list = field(default_factory=list)
     scaled: bool = False
     grouped: bool = False
+    epilogue: str = ""
 
     def key(self) -> tuple:
-        return (self.batched, self.dtype, self.out, self.b_nk, self.bias, self.scaled, self.grouped)
+        return (self.batched, self.dtype, self.out, self.b_nk, self.bias, self.scaled, self.grouped, self.epilogue)
 
 
 @dataclass
