@@ -381,17 +381,25 @@ class Translator:
             src, b_nk = b.args[0], True
         transpose_b = dtype == "f32" and not b_nk  # tf32 needs both operands K-major (sm90.tf32-k-major)
         b_nk = b_nk or transpose_b
-        found = self._kernel(KernelSpec("", batched, dtype, out, b_nk, bias), (m, n, k))
+        pad = self._n_pad(node, n, out) if not transpose_b else 0
+        residual = self._residual(node) if not (batched or transpose_b or pad) and out in ("bf16", "f16") else None
+        found = self._kernel(KernelSpec("", batched, dtype, out, b_nk, bias, residual=residual is not None),
+                             (m, n, k))
 
         def operand(x):
             text = self.fmt(x)
             return text if node_val(x).is_contiguous() else f"{text}.contiguous()"
 
         call = [operand(a), f"{self.fmt(src)}.transpose(-2, -1).contiguous()" if transpose_b else operand(src)]
+        if residual is not None:  # `mm (.view) + r`: r is the epilogue's c, d = cast(acc, out) + c
+            add, view, other = residual
+            text = self.fmt(other)
+            call.append(text if node_val(other).dim() == 2 else
+                        f"{text}.reshape([-1, {self.fmt(n, [node_val(o).shape[-1] for o in self.pairs.get(node, [])])}])")
+            self.fused[add] = view if view is not None else node
         if bias:
             call.append(f"bias={self.fmt(bias_node)}")
         self.kernel_flops += flops
-        pad = self._n_pad(node, n, out) if not transpose_b else 0
         if not pad:
             return self.emit(node, f"{found.name}({', '.join(call)})", "kernel")
         # N rows of d not 16-byte aligned (a [M, 1] gate logit): b (and bias) padded with zero rows, d sliced back
@@ -407,6 +415,30 @@ class Translator:
         full = self.fresh(f"{node.name}_full")
         self.steps.append(Step(full, f"{found.name}({', '.join(call)})", "kernel", line))
         self.emit(node, f"{full}[{':, ' * (dv.dim() - 1)}:{n}]", "view")
+
+    def _residual(self, node):
+        """``(add, view, r)`` when the matmul's one use is ``mm + r`` (through one reshape of it: ``[B·S, N]`` back to
+        ``[B, S, N]``) with ``r`` a tensor of the sum's shape and dtype, contiguous: the add runs in the kernel's
+        epilogue, rounded as the reference (the product to D's type first, then the sum). Else None."""
+        users = list(node.users)
+        if len(users) != 1:
+            return None
+        view, user = None, users[0]
+        if getattr(user.target, "overloadpacket", None) is not None and \
+                user.target.overloadpacket.__name__ in ("view", "_unsafe_view", "reshape") and len(user.users) == 1:
+            view, user = user, next(iter(user.users))
+        mine = view if view is not None else node
+        if getattr(getattr(user.target, "overloadpacket", None), "__name__", "") != "add" or len(user.args) != 2 \
+                or user.kwargs.get("alpha", 1) != 1 or mine not in user.args:
+            return None
+        other = user.args[1] if user.args[0] is mine else user.args[0]
+        if not hasattr(other, "meta") or other is mine or other not in self.names:  # r made after the mm: no
+            return None
+        ov, uv = node_val(other), node_val(user)
+        if ov is None or tuple(ov.shape) != tuple(uv.shape) or ov.dtype != node_val(node).dtype or \
+                uv.dtype != ov.dtype or not ov.is_contiguous():
+            return None
+        return user, view, other
 
     def _n_pad(self, node, n: int, out: str) -> int:
         """Zero rows to add to N so that d's rows are 16-byte aligned (TMA; sm90.align-cp-async below that), when N

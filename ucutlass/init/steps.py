@@ -37,9 +37,11 @@ class KernelSpec:
     scaled: bool = False
     grouped: bool = False
     epilogue: str = ""
+    residual: bool = False
 
     def key(self) -> tuple:
-        return (self.batched, self.dtype, self.out, self.b_nk, self.bias, self.scaled, self.grouped, self.epilogue)
+        return (self.batched, self.dtype, self.out, self.b_nk, self.bias, self.scaled, self.grouped, self.epilogue,
+                self.residual)
 
 
 @dataclass
