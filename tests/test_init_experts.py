@@ -93,6 +93,22 @@ def test_a_loop_whose_rows_are_no_one_hot_is_refused():
         init_program(find_problem(str(DATA / "tiny_moe_threshold")))
 
 
+def test_a_true_any_outside_an_expert_loop_is_refused(tmp_path):
+    """The loop capture reads ``(ids == e).any()`` as True only where it guards an expert's rows: the same read on a
+    branch of its own (``if (ids == 0).any(): x = x * 2``) would bake one branch in for all data, so the capture
+    fails as before."""
+    definition = json.loads((DATA / "tiny_moe" / "definition.json").read_text())
+    definition["reference"] = definition["reference"].replace(
+        "    out = torch.zeros_like(x)\n", "    out = torch.zeros_like(x)\n    if (ids == 0).any():\n        x = x * 2\n", 1)
+    assert "if (ids == 0).any()" in definition["reference"]
+    folder = tmp_path / "tiny_moe_branch"
+    folder.mkdir()
+    (folder / "definition.json").write_text(json.dumps(definition))
+    (folder / "workload.jsonl").write_text((DATA / "tiny_moe" / "workload.jsonl").read_text())
+    with pytest.raises(InitError, match="data-dependent control flow"):
+        init_program(find_problem(str(folder)))
+
+
 def test_a_body_that_is_not_row_wise_is_refused_by_name():
     with pytest.raises(InitError, match=r"its body has aten\.sort"):
         init_program(find_problem(str(DATA / "tiny_moe_sorted_rows")))

@@ -104,6 +104,7 @@ def _loop_mode():
         def __init__(self):
             super().__init__()
             self.masks = WeakIdKeyDictionary()  # ids == e (by identity: a tensor's == is elementwise)
+            self.answered = 0  # how many (ids == e).any() read True: capture checks they are a loop's
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -114,6 +115,7 @@ def _loop_mode():
             if func in (aten.index_put.default, aten.index_put_.default) and bool_indices(args[1]) is not None:
                 return func(args[0], bool_indices(args[1]), *args[2:], **kwargs)
             if func is aten.any.default and args[0] in self.masks:  # a plain True: `if` reads it on the host
+                self.answered += 1
                 with torch._subclasses.fake_tensor.unset_fake_temporarily():
                     return torch.tensor(True)
             out = func(*args, **kwargs)
@@ -206,11 +208,14 @@ def capture(problem, workload=None) -> Capture:
         args = [scalars[n] if n in scalars else next(it) for n in order]
         return module.run(*args)
 
+    modes: list = []
+
     def trace(loop: bool):
         def run(*tensors):
             if not loop:
                 return fn(*tensors)
-            with _loop_mode():
+            modes.append(_loop_mode())
+            with modes[-1]:
                 return fn(*tensors)
 
         with torch.no_grad(), fx_traceback.preserve_node_meta(), _LineMode(f"<{problem.id} reference>"):
@@ -230,6 +235,13 @@ def capture(problem, workload=None) -> Capture:
             try:
                 gm = trace(loop=True)
             except Exception:  # noqa: BLE001 - the first failure is the one to report
+                raise e from None
+            # each True read of (ids == e).any() must guard that expert's rows (its ids == e is read by a nonzero):
+            # one outside such a loop (`if (ids == pad).any(): …`) picked a branch for the data
+            if modes[-1].answered and any(
+                    n.target is torch.ops.aten.eq.Scalar and not any(
+                        getattr(u.target, "overloadpacket", None) is torch.ops.aten.nonzero_static for u in n.users)
+                    for n in gm.graph.nodes if n.op == "call_function"):
                 raise e from None
     except Exception as e:  # the reference is data; any failure is a message, never a traceback
         text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

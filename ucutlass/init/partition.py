@@ -5,7 +5,9 @@ an ``nn.Linear`` weight read through ``.t()`` binds as ``b : [N, K] row`` (no co
 every other node becomes a torch step from the allow-list (:mod:`ucutlass.ir.torch_ops`) or, when it has none,
 :class:`~ucutlass.init.capture.InitError` names the op. Integers in the graph (view shapes, slice bounds) are
 written as axis expressions when a second capture at another workload shows which axis they follow
-(:func:`symbolize`).
+(:func:`symbolize`). A residual add after a gemm (``mm + r``) runs in its epilogue as ``c``; an N whose rows are not
+16-byte aligned is padded and sliced back; a per-expert loop (a MoE reference) is written by :mod:`.experts`;
+results the pipeline returns take the problem's output names.
 """
 
 from __future__ import annotations
