@@ -5,7 +5,10 @@
 # Each problem's output folder comes back as $OUT/PROBLEM.tgz and its console log as $OUT/PROBLEM.log.
 # Needs the problems in .device/problems (copied from ../shared/sol-execbench, carried) or $UCUTLASS_PROBLEMS.
 # Knobs: TRIALS (per kernel, default 4), TIME_LIMIT (default 240 s), MAX_WORKLOADS (default 3), JOBS,
-# TUNE_TIMEOUT (default 540 s per problem).
+# TUNE_TIMEOUT (default 540 s per problem), PREBUILD="PROBLEM ..." (no-spec problems whose init programs' every legal
+# kernel is built first in one parallel nvcc round, scripts/prebuild_programs.py --all: several problems share a round
+# instead of one round each; the machine keeps the cache while it stays warm, so a next call may list them too),
+# SKIP_AFTER (seconds: no tune starts once the call has run this long; default: none).
 # A trial builds the pipeline's kernels (nvcc, 1-3 min each when not cached) and grades the whole pipeline, so one
 # problem can take up to TUNE_TIMEOUT: on the device tool (10 minutes a call) give one problem per call.
 # A PROBLEM with no :SPEC is tuned as a user with no spec runs it: `ucutlass tune PROBLEM` on the program `init` writes
@@ -22,7 +25,17 @@ items=("$@")
   L1_030_attention_output_projection_with_residual:examples/pipeline_o_proj_residual.ucut
 )
 mkdir -p /tmp/tune /tmp/specs
+start=$(date +%s)
+if [ -n "${PREBUILD:-}" ]; then
+  pre=(); for p in $PREBUILD; do pre+=(":$p"); done
+  timeout "${BUILD:-300}" python3 "$REPO/scripts/prebuild_programs.py" --all --jobs "${JOBS:-$(nproc)}" "${pre[@]}" \
+    > "$OUT/prebuild.log" 2>&1
+  echo "prebuild rc $? at $(( $(date +%s) - start )) s: $(tail -1 "$OUT/prebuild.log")"
+fi
 for item in "${items[@]}"; do
+  if [ -n "${SKIP_AFTER:-}" ] && [ $(( $(date +%s) - start )) -ge "$SKIP_AFTER" ]; then
+    echo "== skipped $item: the call has run $(( $(date +%s) - start )) s (SKIP_AFTER=$SKIP_AFTER)"; continue
+  fi
   problem=${item%%:*}; spec=${item#*:}
   args=(--out "/tmp/tune/$problem" --jobs "${JOBS:-16}" --trials "${TRIALS:-4}"
         --time-limit "${TIME_LIMIT:-240}" --max-workloads "${MAX_WORKLOADS:-3}")
