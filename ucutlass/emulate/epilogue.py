@@ -14,7 +14,9 @@ from ..ir import Acc, Binary, Cast, Const, Expr, Ref, Src, Unary
 from .dtypes import torch_dtype
 
 
-def _unary(op: str, x):
+def activation(op: str, x):
+    """The epilogue activation ``op`` (:data:`ucutlass.ir.UNARY_OPS`) of the f32 tensor ``x``, as CUTLASS's functor
+    computes it (PyTorch's definition; ``gelu`` the erf form, ``gelu_tanh`` the tanh form)."""
     import torch.nn.functional as F
 
     if op == "relu":
@@ -52,7 +54,7 @@ def evaluate(expr: Expr, acc, src, refs: Mapping[str, Any]):
     if isinstance(expr, Const):
         return float(expr.value)
     if isinstance(expr, Unary):
-        return _unary(expr.op, _tensor(evaluate(expr.arg, acc, src, refs), acc))
+        return activation(expr.op, _tensor(evaluate(expr.arg, acc, src, refs), acc))
     if isinstance(expr, Cast):
         x = _tensor(evaluate(expr.arg, acc, src, refs), acc)
         return x.to(torch_dtype(expr.dtype)).float()

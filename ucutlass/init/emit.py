@@ -63,10 +63,15 @@ def kernel_text(spec: KernelSpec, bindings: dict[str, str] | None = None) -> str
     if spec.scaled:  # a 1x128 block scale per row of a, a 128x128 block scale of b (docs/DSL.md, FP8)
         lines.append("  scale_a : f32[M, K/128] row   scale_b : f32[N/128, K/128] row")
     lines += ["  " + line for line in search_space(spec)]
-    if spec.residual:  # the reference's (mm [+ bias]) + r: rounded to d's type before the add, as the reference
+    if spec.residual:  # the reference's (mm [+ bias]) + r (or * r): rounded to d's type first, as the reference
         acc = "acc + bias" if spec.bias else "acc"
         lines.insert(3, f"  c : {spec.out}[{lead}M, N] row")
-        lines.append(f"  epilogue {{ {f'bias : {spec.out}[N]   ' if spec.bias else ''}d = cast({acc}, {spec.out}) + c }}")
+        lines.append(f"  epilogue {{ {f'bias : {spec.out}[N]   ' if spec.bias else ''}d = cast({acc}, {spec.out}) "
+                     f"{spec.residual} c }}")
+    elif spec.activation:  # the reference's act(mm [+ bias]), the product rounded to d's type first
+        acc = "acc + bias" if spec.bias else "acc"
+        lines.append(f"  epilogue {{ {f'bias : {spec.out}[N]   ' if spec.bias else ''}"
+                     f"d = cast({spec.activation}(cast({acc}, {spec.out})), {spec.out}) }}")
     elif spec.bias:
         dt = spec.out
         lines.append(f"  epilogue {{ bias : {dt}[{lead}N]   d = acc + bias }}" if not spec.batched else

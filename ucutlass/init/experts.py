@@ -264,8 +264,7 @@ class ExpertLoopWriter:
         self.coords: dict[int, str] = {}
 
     def step(self, base: str, expr: str, kind: str = "torch", line: int | None = None) -> str:
-        name = self.tr.fresh(base)
-        self.tr.names[("expert loop", base, len(self.tr.steps))] = name  # taken from now on
+        name = self.tr.fresh(base, reserve=True)
         self.tr.steps.append(Step(name, expr, kind, line or self.line))
         return name
 

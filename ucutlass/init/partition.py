@@ -5,7 +5,8 @@ an ``nn.Linear`` weight read through ``.t()`` binds as ``b : [N, K] row`` (no co
 every other node becomes a torch step from the allow-list (:mod:`ucutlass.ir.torch_ops`) or, when it has none,
 :class:`~ucutlass.init.capture.InitError` names the op. Integers in the graph (view shapes, slice bounds) are
 written as axis expressions when a second capture at another workload shows which axis they follow
-(:func:`symbolize`). A residual add after a gemm (``mm + r``) runs in its epilogue as ``c``; an N whose rows are not
+(:func:`symbolize`). A residual add after a gemm (``mm + r``) runs in its epilogue as ``c``, an activation after it
+(however the reference spells it: :mod:`.epilogues`) as ``d = cast(ACT(cast(acc, T)), T)``; an N whose rows are not
 16-byte aligned is padded and sliced back; a per-expert loop (a MoE reference) is written by :mod:`.experts`;
 results the pipeline returns take the problem's output names.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .epilogues import activation_after, find_residual
 from .capture import Capture, InitError
 from .experts import ExpertLoop, ExpertLoopWriter, find_expert_loop
 from .steps import TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Partition, Step, dtype_name, node_val, ref_line
@@ -113,6 +115,8 @@ class Translator:
         self.kernels: list[KernelSpec] = []
         self.kernel_flops = 0
         self.total_flops = 0
+        #: step names no graph node has (an expert loop's pairs, a K pad), kept from :meth:`fresh`
+        self.reserved: set[str] = set()
         #: nodes a kernel's epilogue computes (node → the kernel call's node, whose name they take)
         self.fused: dict[Any, Any] = {}
         #: a per-expert loop (a MoE reference), written as grouped GEMMs over all pairs (:mod:`.experts`)
@@ -214,14 +218,17 @@ class Translator:
                             "a pipeline cannot spell")
         return self.fmt(number)
 
-    def fresh(self, name: str) -> str:
+    def fresh(self, name: str, reserve: bool = False) -> str:
         """A step name: the node's, without leading ``_``, renamed where it is a problem input, an axis, a
-        keyword or a name already taken."""
+        keyword or a name already taken; ``reserve``: taken from now on (a step no graph node names)."""
         base = name.lstrip("_") or "v"
-        taken = set(self.names.values()) | set(self.problem.inputs) | set(self.problem.axes) | RESERVED
+        taken = set(self.names.values()) | self.reserved | set(self.problem.inputs) | set(self.problem.axes) | \
+            RESERVED
         out, i = base, 1
         while out in taken:
             out, i = f"{base}_{i}", i + 1
+        if reserve:
+            self.reserved.add(out)
         return out
 
     def emit(self, node, expr: str, kind: str) -> None:
@@ -236,7 +243,7 @@ class Translator:
         if packet in MATMUL:
             return self.matmul(node, packet)
         if packet == "topk":  # (values, indices)
-            parts = [self.fresh(f"{node.name}_{w}") for w in ("values", "indices")]
+            parts = [self.fresh(f"{node.name}_{w}", reserve=True) for w in ("values", "indices")]
             for i, name in enumerate(parts):
                 self.names[(node, i)] = name
             self.names[node] = ", ".join(parts)
@@ -244,7 +251,7 @@ class Translator:
             extra = ([] if largest else ["largest=False"]) + ([] if ordered else ["sorted=False"])
             return self.emit(node, f"torch.topk({', '.join([a[0], a[1], self.fmt(dim)] + extra)})", "torch")
         if packet in ("split", "split_with_sizes", "unbind"):
-            parts = [self.fresh(f"{node.name}_{i}") for i in range(len(node_val(node)))]
+            parts = [self.fresh(f"{node.name}_{i}", reserve=True) for i in range(len(node_val(node)))]
             for i, name in enumerate(parts):
                 self.names[(node, i)] = name
             self.names[node] = ", ".join(parts)
@@ -384,21 +391,29 @@ class Translator:
         transpose_b = dtype == "f32" and not b_nk  # tf32 needs both operands K-major (sm90.tf32-k-major)
         b_nk = b_nk or transpose_b
         pad = self._n_pad(node, n, out) if not transpose_b else 0
-        residual = self._residual(node) if not (batched or transpose_b or pad) and out in ("bf16", "f16") else None
-        found = self._kernel(KernelSpec("", batched, dtype, out, b_nk, bias, residual=residual is not None),
-                             (m, n, k))
+        residual = find_residual(self, node) if not (batched or transpose_b or pad) and out in ("bf16", "f16") else None
+        act = activation_after(node, list(self.cap.graph.graph.nodes)) if residual is None and not (transpose_b or pad) and out in ("bf16", "f16") \
+            else None
+        found = self._kernel(KernelSpec("", batched, dtype, out, b_nk, bias, residual=residual[3] if residual else "",
+                                        activation=act[0].op if act else ""), (m, n, k))
 
         def operand(x):
             text = self.fmt(x)
             return text if node_val(x).is_contiguous() else f"{text}.contiguous()"
 
         call = [operand(a), f"{self.fmt(src)}.transpose(-2, -1).contiguous()" if transpose_b else operand(src)]
-        if residual is not None:  # `mm (.view) + r`: r is the epilogue's c, d = cast(acc, out) + c
-            add, view, other = residual
-            text = self.fmt(other)
+        kpad = self._k_pad(node, a, k, dtype)
+        if kpad:  # K rows not 16-byte aligned on some workload (L1_083's seq_kv = 77): zeros added to K, sum unchanged
+            call = [f"F.pad({call[0]}, [0, {kpad}])", f"F.pad({call[1]}, {f'[0, {kpad}]' if b_nk else f'[0, 0, 0, {kpad}]'})"]
+        if residual is not None:  # `mm (.view) + r` (or * r): r is the epilogue's c, d = cast(acc, out) + c
+            add, view, other, _ = residual
+            text = self.known(other)
             call.append(text if node_val(other).dim() == 2 else
                         f"{text}.reshape([-1, {self.fmt(n, [node_val(o).shape[-1] for o in self.pairs.get(node, [])])}])")
             self.fused[add] = view if view is not None else node
+        if act is not None:  # the activation's ops are the kernel's epilogue: their result is the call's (view)
+            for n in act[0].region:
+                self.fused[n] = act[1]
         if bias:
             call.append(f"bias={self.fmt(bias_node)}")
         self.kernel_flops += flops
@@ -407,40 +422,39 @@ class Translator:
         # N rows of d not 16-byte aligned (a [M, 1] gate logit): b (and bias) padded with zero rows, d sliced back
         found.shapes[-1] = (m, n + pad, k)
         line = ref_line(node, self.problem.id)
-        padded = self.fresh(f"{node.name}_b")
+        padded = self.fresh(f"{node.name}_b", reserve=True)
         self.steps.append(Step(padded, f"F.pad({call[1]}, {[0, 0, 0, pad] if b_nk else [0, pad]})", "torch", line))
         call[1] = padded
         if bias:
-            padded_bias = self.fresh(f"{node.name}_bias")
+            padded_bias = self.fresh(f"{node.name}_bias", reserve=True)
             self.steps.append(Step(padded_bias, f"F.pad({self.fmt(bias_node)}, [0, {pad}])", "torch", line))
             call[-1] = f"bias={padded_bias}"
-        full = self.fresh(f"{node.name}_full")
+        full = self.fresh(f"{node.name}_full", reserve=True)
         self.steps.append(Step(full, f"{found.name}({', '.join(call)})", "kernel", line))
         self.emit(node, f"{full}[{':, ' * (dv.dim() - 1)}:{n}]", "view")
 
-    def _residual(self, node):
-        """``(add, view, r)`` when the matmul's one use is ``mm + r`` (through one reshape of it: ``[B·S, N]`` back to
-        ``[B, S, N]``) with ``r`` a tensor of the sum's shape and dtype, contiguous: the add runs in the kernel's
-        epilogue, rounded as the reference (the product to D's type first, then the sum). Else None."""
-        users = list(node.users)
-        if len(users) != 1:
-            return None
-        view, user = None, users[0]
-        if getattr(user.target, "overloadpacket", None) is not None and \
-                user.target.overloadpacket.__name__ in ("view", "_unsafe_view", "reshape") and len(user.users) == 1:
-            view, user = user, next(iter(user.users))
-        mine = view if view is not None else node
-        if getattr(getattr(user.target, "overloadpacket", None), "__name__", "") != "add" or len(user.args) != 2 \
-                or user.kwargs.get("alpha", 1) != 1 or mine not in user.args:
-            return None
-        other = user.args[1] if user.args[0] is mine else user.args[0]
-        if not hasattr(other, "meta") or other is mine or other not in self.names:  # r made after the mm: no
-            return None
-        ov, uv = node_val(other), node_val(user)
-        if ov is None or tuple(ov.shape) != tuple(uv.shape) or ov.dtype != node_val(node).dtype or \
-                uv.dtype != ov.dtype or not ov.is_contiguous():
-            return None
-        return user, view, other
+    def known(self, node) -> str | None:
+        """The name a node's value has already, or None: its step's, or (a node an earlier kernel's epilogue
+        computes, visited later in graph order) that kernel call's."""
+        if node in self.names:
+            return self.names[node]
+        return self.names.get(self.fused.get(node))
+
+    def _k_pad(self, node, a, k: int, dtype: str) -> str:
+        """The zeros to add to K so that every row of a and b (K-contiguous, or b's K rows) starts 16-byte aligned
+        (TMA; sm90.align-cp-async below that), as text: a number when K is the same at every captured workload,
+        else a step ``kpad = (8 - K % 8) % 8`` over K's axis expression (as examples/pipeline_score_value.ucut);
+        "" when K is aligned at every captured workload."""
+        per = {"bf16": 8, "f16": 8, "f32": 4}.get(dtype)
+        ks = [k, *(node_val(o.args[-2]).shape[-1] for o in self.pairs.get(node, []))]
+        if per is None or all(x % per == 0 for x in ks):
+            return ""
+        if len(set(ks)) == 1:
+            return str((-k) % per)
+        name = self.fresh(f"{node.name}_kpad", reserve=True)
+        self.steps.append(Step(name, f"({per} - {self.fmt(k, ks[1:])} % {per}) % {per}", "torch",
+                               ref_line(node, self.problem.id)))
+        return name
 
     def _n_pad(self, node, n: int, out: str) -> int:
         """Zero rows to add to N so that d's rows are 16-byte aligned (TMA; sm90.align-cp-async below that), when N

@@ -24,6 +24,9 @@ class KernelSpec:
         dtype: a and b element type (`.ucut` spelling); ``out``: d's; ``b_nk``: b declared ``[N, K]`` (a Linear
             weight), else ``[K, N]``; ``bias``: an ``[N]`` bias in the epilogue (``addmm``); ``scaled``: FP8 a and
             b with blockwise scales ``scale_a : f32[M, K/128]``, ``scale_b : f32[N/128, K/128]`` (:mod:`.fp8`).
+        residual: ``+`` or ``*``: the product rounded to ``out``, then added to / multiplied by an epilogue ``c``
+            of d's shape (``d = cast(acc, T) + c``); "" for none.
+        activation: an epilogue activation of the (biased) product rounded to ``out`` (:mod:`.epilogues`).
         shapes: (M, N, K) at the captured workload (sizes the search space); ``flops``: 2·M·N·K·batch per call.
     """
 
@@ -37,11 +40,12 @@ class KernelSpec:
     scaled: bool = False
     grouped: bool = False
     epilogue: str = ""
-    residual: bool = False
+    residual: str = ""
+    activation: str = ""
 
     def key(self) -> tuple:
         return (self.batched, self.dtype, self.out, self.b_nk, self.bias, self.scaled, self.grouped, self.epilogue,
-                self.residual)
+                self.residual, self.activation)
 
 
 @dataclass
