@@ -20,6 +20,7 @@ from .epilogues import activation_after, find_residual
 from .capture import Capture, InitError
 from .experts import ExpertLoop, ExpertLoopWriter, find_expert_loop
 from .steps import TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Partition, Step, dtype_name, node_val, ref_line
+from .padding import k_pad, n_pad
 from .symbols import symbolize
 
 __all__ = ["KernelSpec", "Partition", "Step", "Translator", "symbolize", "TORCH_CONSTANTS", "UCUT_DTYPES"]
@@ -390,10 +391,10 @@ class Translator:
             src, b_nk = b.args[0], True
         transpose_b = dtype == "f32" and not b_nk  # tf32 needs both operands K-major (sm90.tf32-k-major)
         b_nk = b_nk or transpose_b
-        pad = self._n_pad(node, n, out) if not transpose_b else 0
-        residual = find_residual(self, node) if not (batched or transpose_b or pad) and out in ("bf16", "f16") else None
-        act = activation_after(node, list(self.cap.graph.graph.nodes)) if residual is None and not (transpose_b or pad) and out in ("bf16", "f16") \
-            else None
+        pad = n_pad(self, node, n, out) if not transpose_b else None
+        plain = not transpose_b and pad is None and out in ("bf16", "f16")
+        residual = find_residual(self, node) if plain and not batched else None
+        act = activation_after(node, list(self.cap.graph.graph.nodes)) if plain and residual is None else None
         found = self._kernel(KernelSpec("", batched, dtype, out, b_nk, bias, residual=residual[3] if residual else "",
                                         activation=act[0].op if act else ""), (m, n, k))
 
@@ -402,7 +403,7 @@ class Translator:
             return text if node_val(x).is_contiguous() else f"{text}.contiguous()"
 
         call = [operand(a), f"{self.fmt(src)}.transpose(-2, -1).contiguous()" if transpose_b else operand(src)]
-        kpad = self._k_pad(node, a, k, dtype)
+        kpad = k_pad(self, node, k, dtype)
         if kpad:  # K rows not 16-byte aligned on some workload (L1_083's seq_kv = 77): zeros added to K, sum unchanged
             call = [f"F.pad({call[0]}, [0, {kpad}])", f"F.pad({call[1]}, {f'[0, {kpad}]' if b_nk else f'[0, 0, 0, {kpad}]'})"]
         if residual is not None:  # `mm (.view) + r` (or * r): r is the epilogue's c, d = cast(acc, out) + c
@@ -412,26 +413,29 @@ class Translator:
                         f"{text}.reshape([-1, {self.fmt(n, [node_val(o).shape[-1] for o in self.pairs.get(node, [])])}])")
             self.fused[add] = view if view is not None else node
         if act is not None:  # the activation's ops are the kernel's epilogue: their result is the call's (view)
-            for n in act[0].region:
-                self.fused[n] = act[1]
+            for fused in act[0].region:
+                self.fused[fused] = act[1]
         if bias:
             call.append(f"bias={self.fmt(bias_node)}")
         self.kernel_flops += flops
-        if not pad:
+        if pad is None:
             return self.emit(node, f"{found.name}({', '.join(call)})", "kernel")
-        # N rows of d not 16-byte aligned (a [M, 1] gate logit): b (and bias) padded with zero rows, d sliced back
-        found.shapes[-1] = (m, n + pad, k)
+        # N rows of d not 16-byte aligned (a [M, 1] gate logit, L1_047's [S, S] scores at odd S): b (and bias)
+        # padded with zero rows, d sliced back
+        zeros, rows, n_text = pad
+        found.shapes[-1] = (m, n + rows, k)
         line = ref_line(node, self.problem.id)
         padded = self.fresh(f"{node.name}_b", reserve=True)
-        self.steps.append(Step(padded, f"F.pad({call[1]}, {[0, 0, 0, pad] if b_nk else [0, pad]})", "torch", line))
+        self.steps.append(Step(padded, f"F.pad({call[1]}, {f'[0, 0, 0, {zeros}]' if b_nk else f'[0, {zeros}]'})",
+                               "torch", line))
         call[1] = padded
         if bias:
             padded_bias = self.fresh(f"{node.name}_bias", reserve=True)
-            self.steps.append(Step(padded_bias, f"F.pad({self.fmt(bias_node)}, [0, {pad}])", "torch", line))
+            self.steps.append(Step(padded_bias, f"F.pad({self.fmt(bias_node)}, [0, {zeros}])", "torch", line))
             call[-1] = f"bias={padded_bias}"
         full = self.fresh(f"{node.name}_full", reserve=True)
         self.steps.append(Step(full, f"{found.name}({', '.join(call)})", "kernel", line))
-        self.emit(node, f"{full}[{':, ' * (dv.dim() - 1)}:{n}]", "view")
+        self.emit(node, f"{full}[{':, ' * (dv.dim() - 1)}:{n_text}]", "view")
 
     def known(self, node) -> str | None:
         """The name a node's value has already, or None: its step's, or (a node an earlier kernel's epilogue
@@ -439,32 +443,6 @@ class Translator:
         if node in self.names:
             return self.names[node]
         return self.names.get(self.fused.get(node))
-
-    def _k_pad(self, node, a, k: int, dtype: str) -> str:
-        """The zeros to add to K so that every row of a and b (K-contiguous, or b's K rows) starts 16-byte aligned
-        (TMA; sm90.align-cp-async below that), as text: a number when K is the same at every captured workload,
-        else a step ``kpad = (8 - K % 8) % 8`` over K's axis expression (as examples/pipeline_score_value.ucut);
-        "" when K is aligned at every captured workload."""
-        per = {"bf16": 8, "f16": 8, "f32": 4}.get(dtype)
-        ks = [k, *(node_val(o.args[-2]).shape[-1] for o in self.pairs.get(node, []))]
-        if per is None or all(x % per == 0 for x in ks):
-            return ""
-        if len(set(ks)) == 1:
-            return str((-k) % per)
-        name = self.fresh(f"{node.name}_kpad", reserve=True)
-        self.steps.append(Step(name, f"({per} - {self.fmt(k, ks[1:])} % {per}) % {per}", "torch",
-                               ref_line(node, self.problem.id)))
-        return name
-
-    def _n_pad(self, node, n: int, out: str) -> int:
-        """Zero rows to add to N so that d's rows are 16-byte aligned (TMA; sm90.align-cp-async below that), when N
-        is the same at every captured workload (a constant: the pad is a number); else 0."""
-        per = {"bf16": 8, "f16": 8, "f32": 4}.get(out)
-        if per is None or n % per == 0:
-            return 0
-        if any(node_val(o).shape[-1] != n for o in self.pairs.get(node, [])):
-            return 0
-        return (-n) % per
 
     def _kernel(self, spec: KernelSpec, shape: tuple) -> KernelSpec:
         """The declared kernel with ``spec``'s key (declared now if new), with ``shape`` (M, N, K) added."""

@@ -50,3 +50,43 @@ def symbolize(values: Mapping[str, tuple[int, ...]], consts: Mapping[str, int] |
         return str(a)
 
     return fn
+
+
+def evaluate_axes(text: str, axes: Mapping[str, int]) -> int | None:
+    """The value of an axis expression :func:`symbolize` writes (``seq_len_kv``, ``20 * batch_size``,
+    ``(a - b)``) at ``axes``; None for anything else (a name not in ``axes``, an operator it does not write).
+    Read with :mod:`ast` (names, integers, ``+ - * // %``), never ``eval``."""
+    import ast
+    import operator
+
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+           ast.Mod: operator.mod}
+
+    def value(node) -> int | None:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name):
+            v = axes.get(node.id)
+            return v if isinstance(v, int) else None
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            v = value(node.operand)
+            return None if v is None else -v
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            lhs, rhs = value(node.left), value(node.right)
+            if lhs is None or rhs is None or (isinstance(node.op, (ast.FloorDiv, ast.Mod)) and rhs == 0):
+                return None
+            return ops[type(node.op)](lhs, rhs)
+        return None
+
+    try:
+        return value(ast.parse(text, mode="eval").body)
+    except SyntaxError:
+        return None
+
+
+def values_on_workloads(problem, text: str) -> list[int] | None:
+    """The value of an axis expression (``seq_len_kv``, ``20 * batch_size``) on every workload of ``problem`` (its
+    const axes included; :func:`evaluate_axes`), or None where it is not one (a name no workload has)."""
+    consts = {n: a.value for n, a in problem.axes.items() if a.kind == "const" and a.value is not None}
+    values = [evaluate_axes(text, {**consts, **dict(w.axes)}) for w in problem.workloads]
+    return values if values and all(v is not None for v in values) else None
