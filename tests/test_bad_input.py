@@ -413,3 +413,19 @@ def test_check_cli_exits_1_on_an_empty_or_huge_file(tmp_path, capsys):
     out = capsys.readouterr()
     assert time.monotonic() - start < 5 and len(out.err) < 1000
     assert f"{huge}:1:1: error: the file holds 5500" in out.err and "at most 262144" in out.err
+
+
+def test_a_misspelt_input_in_an_open_program_is_named_by_grade(tmp_path, capsys):
+    """`grade --emulate` of a program with open choices and a misspelt binding (`<- hiden_states`) said only that
+    "no combination of kernel ffn_up's choices passes the rules and binds", and its --json had no diagnostics: every
+    combination fails alike, so that error is the answer, positioned, in the feedback's diagnostics too."""
+    from ucutlass.cli import main
+    from ucutlass.problem import find_problem
+
+    spec = find_problem("ffn_up_gelu_tanh_gpt2_xl").spec_path.read_text()
+    bad = tmp_path / "bad.ucut"
+    bad.write_text(spec.replace("<- hidden_states", "<- hiden_states"))
+    assert main(["grade", str(bad), "ffn_up_gelu_tanh_gpt2_xl", "--emulate", "--json"]) != 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any("no input 'hiden_states'; did you mean 'hidden_states'?" in d["message"] and d["line"] == 3
+               for d in doc["diagnostics"]), doc["diagnostics"]

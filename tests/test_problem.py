@@ -358,6 +358,17 @@ def test_unknown_id_lists_close_matches(tmp_path, monkeypatch):
     assert "--problems" in msg and ENV_PROBLEM_DIRS in msg
 
 
+def test_an_id_s_start_names_the_one_problem_it_starts(tmp_path, monkeypatch):
+    """`ucutlass init L1_048` (SOL-ExecBench's number alone) loads L1_048_fused_gate_up_projection_with_swiglu; a
+    start shared by several ids says which and asks for the whole id."""
+    monkeypatch.delenv(ENV_PROBLEM_DIRS, raising=False)
+    for name in ("L1_048_gate_up", "L1_049_other", "L1_050_qkv"):
+        _write_toy(tmp_path / name)
+    assert find_problem("L1_048", extra=[tmp_path]).id == "L1_048_gate_up"
+    with pytest.raises(ProblemError, match=r"'L1' is the start of 3 ids: L1_048_gate_up, L1_049_other, L1_050_qkv"):
+        find_problem("L1", extra=[tmp_path])
+
+
 def test_malformed_definition_names_file_and_line(tmp_path):
     bad = '{\n  "name": "bad",\n  "axes": {,\n}\n'
     folder = _write_toy(tmp_path / "bad", definition=bad)

@@ -440,7 +440,8 @@ def list_problems(extra: Iterable[str | os.PathLike] = ()) -> list[tuple[str, Pa
 
 
 def find_problem(id_or_path: str | os.PathLike, extra: Sequence[str | os.PathLike] = ()) -> Problem:
-    """Load a problem by id (folder name) from :func:`problem_dirs`, or by a path to its folder.
+    """Load a problem by id (folder name) from :func:`problem_dirs`, or by a path to its folder; an id's start up
+    to a ``_`` (``L1_048``) names the one problem whose id begins with it.
 
     Raises:
         ProblemError: not found; the message lists the folders searched and close ids.
@@ -454,7 +455,16 @@ def find_problem(id_or_path: str | os.PathLike, extra: Sequence[str | os.PathLik
             return load_problem(cand)
     import difflib
 
-    ids = [i for i, _ in list_problems(extra)]
+    listed = list_problems(extra)
+    ids = [i for i, _ in listed]
+    # A SOL-ExecBench id's number alone (`L1_048` for L1_048_fused_gate_up_projection_with_swiglu): the one folder
+    # it names, when exactly one id starts with it and "_".
+    prefixed = [(i, path) for i, path in listed if i.startswith(f"{id_or_path}_")]
+    if len(prefixed) == 1 and (Path(prefixed[0][1]) / "definition.json").is_file():
+        return load_problem(Path(prefixed[0][1]))
+    if len(prefixed) > 1:
+        raise ProblemError(f"problem {str(id_or_path)!r} is the start of {len(prefixed)} ids: "
+                           f"{', '.join(i for i, _ in prefixed[:10])}; give the whole id")
     close = difflib.get_close_matches(str(id_or_path), ids, n=5, cutoff=0.3)
     searched = ", ".join(str(d) + ("" if d.is_dir() else " (does not exist)") for d in problem_dirs(extra))
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known ids: {', '.join(ids) or 'none'}"

@@ -25,8 +25,9 @@ def emulation_picks(program: Any, problem: Any, *, pipeline: str | None | bool =
             ``kernels`` are the solution (one, or a dispatch's; None: the program's only kernel).
 
     Raises:
-        UcutError: no combination of some kernel's choices passes the rules and binds (the message says to run
-            ``check`` for why).
+        CheckError: every combination fails to bind with the same diagnostics (a misspelt input name): those.
+        UcutError: no combination of some kernel's choices passes the rules and binds, for different reasons (the
+            message gives the first's and says to run ``check`` for all).
     """
     from ..arch.legality import legal_combinations
     from ..bind import bind, bind_pipeline
@@ -42,6 +43,7 @@ def emulation_picks(program: Any, problem: Any, *, pipeline: str | None | bool =
         if not k.choices():
             continue
         legal, _ = legal_combinations(k)
+        failures: list[CheckError] = []
         for combo in legal:
             trial = {**picks, **{f"{k.name}.{key}": value for key, value in combo.items()}}
             try:
@@ -49,14 +51,18 @@ def emulation_picks(program: Any, problem: Any, *, pipeline: str | None | bool =
                     bind_pipeline(program.resolve(trial), problem, name)
                 else:
                     bind(k.resolve(combo), problem)
-            except CheckError:
+            except CheckError as e:
+                failures.append(e)
                 continue
             picks = trial
             break
         else:
+            if failures and len({str(e) for e in failures}) == 1:
+                raise failures[0]  # every combination fails alike (a misspelt input): that error, positioned
             where = f"in pipeline {name}" if pipeline is not False else f"to {problem.id}"
+            first = f"; the first legal one: {str(failures[0]).splitlines()[0]}" if failures else ""
             raise UcutError(f"{program.file}: no combination of kernel {k.name}'s choices passes the rules and binds "
-                            f"{where} (`ucutlass check {program.file} --problem {problem.id}` says why)")
+                            f"{where}{first} (`ucutlass check {program.file} --problem {problem.id}` says why)")
     return picks
 
 
