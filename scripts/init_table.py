@@ -53,7 +53,24 @@ def _row(folder: Path, max_mb: float, out_dir: Path | None) -> str:
         grade = why.replace("|", "/").replace("\n", " ")
     share = f"{result.flop_share:.0%}" if part.total_flops else "no matmul"
     return (f"| {problem.id} | {len(part.kernels)} ({kinds['kernel']} calls) | {kinds['torch']} torch, "
-            f"{kinds['view']} views | {share} | {grade} ({time.time() - t0:.0f} s) |")
+            f"{kinds['view']} views | {share} | {grade} ({time.time() - t0:.0f} s) | {_tuner_space(problem, result)} |")
+
+
+def _tuner_space(problem, result) -> str:
+    """What `ucutlass tune PROBLEM` would search: each kernel's legal configurations over every workload (the
+    tuner's plan, rules applied to every workload's shapes), or why it has none (a program the emulated grade
+    passes on one workload can still break a rule on another: an odd extent)."""
+    from ucutlass.lang import parse
+    from ucutlass.search.pipeline_plan import plan_pipeline
+
+    try:
+        program = parse(result.text, f"{problem.id}.ucut")
+        if not getattr(program, "pipelines", None):
+            return "one kernel, bound directly"
+        plan = plan_pipeline(problem, program)
+    except Exception as e:  # noqa: BLE001 - the row says why the tuner cannot plan it
+        return f"no plan: {str(e).splitlines()[0][:160].replace('|', '/')}"
+    return ", ".join(f"{k.name} {len(k.legal)}" for k in plan.kernels)
 
 
 def main() -> int:
@@ -83,8 +100,10 @@ def main() -> int:
             "pipeline); steps: torch steps and views of the pipeline; FLOP share: the reference's matmul FLOPs "
             "inside kernels; grade: `ucutlass grade FILE PROBLEM --emulate`'s machinery on the smallest workload "
             f"(CPU; only where its inputs fit {args.max_mb:.0f} MiB). Times are this machine's CPU wall clock for "
-            "init plus the check, not kernel times.", "",
-            "| problem | kernels | steps | FLOP share | emulated grade (smallest workload) |", "|---|---|---|---|---|"]
+            "init plus the check, not kernel times. Tuner's space: legal configurations per kernel over every "
+            "workload (`ucutlass tune PROBLEM --dry-run`'s plan).", "",
+            "| problem | kernels | steps | FLOP share | emulated grade (smallest workload) | tuner's space |",
+            "|---|---|---|---|---|---|"]
     Path(args.output).write_text("\n".join(head + rows) + "\n")
     print(f"wrote {args.output}", file=sys.stderr)
     return 0

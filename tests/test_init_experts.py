@@ -69,12 +69,31 @@ def test_a_one_hot_expert_loop_is_grouped_gemms_that_pass_emulated():
     text = result.text
     assert "kernel grouped0 : grouped_gemm {" in text and "m_sizes : i32[G]" in text
     assert len(re.findall(r"= grouped\d\(", text)) == 3  # gate, up, down: one call each for all experts
-    # silu and the routing weight run in the gate's and the down projection's epilogues
-    assert "epilogue { d = silu(cast(acc, bf16)) }" in text and "epilogue { w : bf16[M]   d = cast(acc, bf16) * w }" in text
+    # silu runs in the gate's epilogue; the routing weight stays a torch step: 3, 16 and 10 tokens make 6, 32 and 20
+    # pairs, and a per-row epilogue vector w : bf16[M] needs M 16-byte aligned on every workload
+    assert "epilogue { d = silu(cast(acc, bf16)) }" in text and "w : bf16[M]" not in text
     assert "torch.argsort(pairs, stable=True)" in text and "torch.index_add(" in text
     assert "for e in" not in text and "one_hot" not in text  # the loop and its mask are gone
     assert "token = order // top_k" in text and text.rstrip().endswith("return out\n}")  # axis and output names
     assert result.flop_share == 1.0
+    assert check_program(text, problem) == (True, "PASSED")
+
+
+def test_the_routing_weight_joins_the_epilogue_where_the_pairs_are_aligned(tmp_path):
+    """The same MoE with 4, 16 and 12 tokens (8, 32 and 24 pairs): the routing weight is the down projection's
+    epilogue vector (``d = cast(acc, bf16) * w``) and the program passes the emulated grade."""
+    import json
+    import shutil
+
+    folder = tmp_path / "tiny_moe"
+    shutil.copytree(DATA / "tiny_moe", folder)
+    lines = [json.loads(x) for x in (folder / "workload.jsonl").read_text().splitlines() if x.strip()]
+    for line, tokens in zip(lines, (4, 16, 12)):
+        line["axes"]["tokens"] = tokens
+    (folder / "workload.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    problem = find_problem(str(folder))
+    text = init_program(problem).text
+    assert "epilogue { w : bf16[M]   d = cast(acc, bf16) * w }" in text
     assert check_program(text, problem) == (True, "PASSED")
 
 

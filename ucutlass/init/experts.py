@@ -39,6 +39,7 @@ from typing import Any
 
 from .capture import LOOP_ROWS, InitError
 from .steps import TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Step, dtype_name, node_val, packet, ref_line
+from .symbols import values_on_workloads
 
 #: Ops a loop body may hold besides gathers, mms, the carried index_add and the views below: row-wise math.
 ROWWISE = {"silu", "gelu", "relu", "sigmoid", "tanh", "exp", "neg", "add", "sub", "mul", "div", "_to_copy", "abs",
@@ -288,6 +289,9 @@ class ExpertLoopWriter:
         self.rows = 1
         for d in shape:
             self.rows *= d
+        # the pairs on every workload: a per-row epilogue vector (w : bf16[M]) needs M 16-byte aligned on each
+        dims = [tr.fmt(d, [node_val(o).shape[i] for o in tr.pairs.get(routing, [])]) for i, d in enumerate(shape)]
+        self.rows_every = values_on_workloads(tr.problem, " * ".join(f"({d})" for d in dims))
         weights = [weight_source(n.args[1], loop) for n in loop.body if packet(n) == "mm"]
         first = tr.names[weights[0][0]]
         self.m_sizes = self.step("m_sizes", f"torch.zeros_like({first}[:, 0, 0], dtype=torch.int32).scatter_add("
@@ -364,8 +368,10 @@ class ExpertLoopWriter:
         """What of the row-wise ops after a grouped ``mm`` its epilogue computes (one pass over D less each), as
         ``(epilogue text, extra call arguments, the nodes it computes)``: ``silu(mm)`` →
         ``d = silu(cast(acc, OUT))``; ``mm * w[pair].unsqueeze(-1)`` (a routing weight per row, of D's type) →
-        ``w : OUT[M]   d = cast(acc, OUT) * w``. Rounded as the reference: D to OUT first, then the op, rounded
-        once more. Only for 16-bit D (an f32 D leaves them as torch steps)."""
+        ``w : OUT[M]   d = cast(acc, OUT) * w`` where the pairs M are a multiple of 8 on every workload (the vector's
+        rows 16-byte aligned: L2_013's 3889 pairs are not, and its tuner found no legal kernel). Rounded as the
+        reference: D to OUT first, then the op, rounded once more. Only for 16-bit D (an f32 D leaves them as torch
+        steps)."""
         users = list(node.users)
         if out not in ("bf16", "f16") or len(users) != 1:
             return "", [], []
@@ -375,9 +381,10 @@ class ExpertLoopWriter:
         if packet(user) == "mul" and len(user.args) == 2 and all(isinstance(a, type(node)) for a in user.args):
             scale = user.args[1] if user.args[0] is node else user.args[0]
             sv = node_val(scale)
+            aligned = self.rows_every is not None and all(r % 8 == 0 for r in self.rows_every)
             if packet(scale) == "unsqueeze" and scale.args[1] in (-1, 1) and sv.dim() == 2 and sv.shape[1] == 1 \
                     and UCUT_DTYPES.get(dtype_name(sv.dtype)) == out and scale.args[0] in self.loop.region \
-                    and len(scale.users) == 1:
+                    and len(scale.users) == 1 and aligned:
                 vector = scale.args[0]
                 self.node(vector)  # the gather of each pair's weight, written before the call
                 self.tr.names[scale] = self.tr.names[vector]
