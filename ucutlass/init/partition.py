@@ -16,11 +16,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .epilogues import activation_after, find_residual
 from .capture import Capture, InitError
+from .epilogues import activation_after, find_residual
 from .experts import ExpertLoop, ExpertLoopWriter, find_expert_loop
-from .steps import TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Partition, Step, dtype_name, node_val, ref_line
 from .padding import k_pad, n_pad
+from .steps import TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Partition, Step, dtype_name, node_val, ref_line
 from .symbols import symbolize
 
 __all__ = ["KernelSpec", "Partition", "Step", "Translator", "symbolize", "TORCH_CONSTANTS", "UCUT_DTYPES"]
@@ -405,7 +405,8 @@ class Translator:
         call = [operand(a), f"{self.fmt(src)}.transpose(-2, -1).contiguous()" if transpose_b else operand(src)]
         kpad = k_pad(self, node, k, dtype)
         if kpad:  # K rows not 16-byte aligned on some workload (L1_083's seq_kv = 77): zeros added to K, sum unchanged
-            call = [f"F.pad({call[0]}, [0, {kpad}])", f"F.pad({call[1]}, {f'[0, {kpad}]' if b_nk else f'[0, 0, 0, {kpad}]'})"]
+            b_zeros = f"[0, {kpad}]" if b_nk else f"[0, 0, 0, {kpad}]"
+            call = [f"F.pad({call[0]}, [0, {kpad}])", f"F.pad({call[1]}, {b_zeros})"]
         if residual is not None:  # `mm (.view) + r` (or * r): r is the epilogue's c, d = cast(acc, out) + c
             add, view, other, _ = residual
             text = self.known(other)
