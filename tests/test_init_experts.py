@@ -71,7 +71,7 @@ def test_a_one_hot_expert_loop_is_grouped_gemms_that_pass_emulated():
     assert len(re.findall(r"= grouped\d\(", text)) == 3  # gate, up, down: one call each for all experts
     # silu runs in the gate's epilogue; the routing weight stays a torch step: 3, 16 and 10 tokens make 6, 32 and 20
     # pairs, and a per-row epilogue vector w : bf16[M] needs M 16-byte aligned on every workload
-    assert "epilogue { d = silu(cast(acc, bf16)) }" in text and "w : bf16[M]" not in text
+    assert "epilogue { d = cast(silu(cast(acc, bf16)), bf16) }" in text and "w : bf16[M]" not in text
     assert "torch.argsort(pairs, stable=True)" in text and "torch.index_add(" in text
     assert "for e in" not in text and "one_hot" not in text  # the loop and its mask are gone
     assert "token = order // top_k" in text and text.rstrip().endswith("return out\n}")  # axis and output names

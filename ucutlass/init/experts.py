@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .capture import LOOP_ROWS, InitError
+from .epilogues import find_activation
 from .steps import TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Step, dtype_name, node_val, packet, ref_line
 from .symbols import values_on_workloads
 
@@ -366,18 +367,22 @@ class ExpertLoopWriter:
 
     def epilogue(self, node, out: str) -> tuple[str, list[str], list]:
         """What of the row-wise ops after a grouped ``mm`` its epilogue computes (one pass over D less each), as
-        ``(epilogue text, extra call arguments, the nodes it computes)``: ``silu(mm)`` →
-        ``d = silu(cast(acc, OUT))``; ``mm * w[pair].unsqueeze(-1)`` (a routing weight per row, of D's type) →
+        ``(epilogue text, extra call arguments, the nodes it computes)``: an activation (``silu(mm)``, or L2_013's
+        ``mm / (1 + exp(-mm.float())).to(bf16)``: :func:`.epilogues.find_activation`) → ``d = cast(silu(cast(acc,
+        OUT)), OUT)``; ``mm * w[pair].unsqueeze(-1)`` (a routing weight per row, of D's type) →
         ``w : OUT[M]   d = cast(acc, OUT) * w`` where the pairs M are a multiple of 8 on every workload (the vector's
         rows 16-byte aligned: L2_013's 3889 pairs are not, and its tuner found no legal kernel). Rounded as the
         reference: D to OUT first, then the op, rounded once more. Only for 16-bit D (an f32 D leaves them as torch
         steps)."""
         users = list(node.users)
-        if out not in ("bf16", "f16") or len(users) != 1:
+        if out not in ("bf16", "f16"):
+            return "", [], []
+        act = find_activation(node, list(self.tr.cap.graph.graph.nodes))
+        if act is not None and all(n in self.loop.region for n in act.region):  # silu, however it is spelled
+            return act.epilogue(out), [], act.region
+        if len(users) != 1:
             return "", [], []
         user = users[0]
-        if packet(user) == "silu":
-            return f"d = silu(cast(acc, {out}))", [], [user]
         if packet(user) == "mul" and len(user.args) == 2 and all(isinstance(a, type(node)) for a in user.args):
             scale = user.args[1] if user.args[0] is node else user.args[0]
             sv = node_val(scale)
