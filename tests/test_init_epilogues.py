@@ -76,3 +76,13 @@ def test_a_gated_mlp_is_two_kernel_calls_and_no_torch_step():
     assert "d = cast(gelu_tanh(cast(acc, bf16)), bf16)" in text and "d = cast(acc, bf16) * c" in text
     assert "torch.tanh" not in text and "0 torch step(s)" in text
     assert check_program(text, p) == (True, "PASSED")
+
+
+def test_a_bias_added_after_the_matmul_joins_the_epilogue():
+    """L1_050's ``matmul(x, w.t()) + b`` (an ``mm``, a reshape back to 3-D, then the add of an ``[N]`` vector): the
+    add is the epilogue's row broadcast, rounded as the reference (``d = cast(acc, bf16) + bias``), no torch step."""
+    p = find_problem(str(DATA / "tiny_bias_after_mm"))
+    text = init_program(p).text
+    assert "epilogue { bias : bf16[N]   d = cast(acc, bf16) + bias }" in text and ", bias=b)" in text
+    assert "0 torch step(s)" in text
+    assert check_program(text, p) == (True, "PASSED")

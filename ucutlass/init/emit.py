@@ -63,7 +63,9 @@ def kernel_text(spec: KernelSpec, bindings: dict[str, str] | None = None) -> str
     if spec.scaled:  # a 1x128 block scale per row of a, a 128x128 block scale of b (docs/DSL.md, FP8)
         lines.append("  scale_a : f32[M, K/128] row   scale_b : f32[N/128, K/128] row")
     lines += ["  " + line for line in search_space(spec)]
-    if spec.residual:  # the reference's (mm [+ bias]) + r (or * r): rounded to d's type first, as the reference
+    if spec.residual == "bias":  # the reference's mm + b, b : [N]: the product rounded to d's type, then the add
+        lines.append(f"  epilogue {{ bias : {spec.out}[N]   d = cast(acc, {spec.out}) + bias }}")
+    elif spec.residual:  # the reference's (mm [+ bias]) + r (or * r): rounded to d's type first, as the reference
         acc = "acc + bias" if spec.bias else "acc"
         lines.insert(3, f"  c : {spec.out}[{lead}M, N] row")
         lines.append(f"  epilogue {{ {f'bias : {spec.out}[N]   ' if spec.bias else ''}d = cast({acc}, {spec.out}) "

@@ -54,7 +54,8 @@ def find_residual(tr, node):
     """``(op node, view, r, op)`` when the matmul's one use is ``mm + r`` or ``mm * r`` (through one reshape of it:
     ``[B·S, N]`` back to ``[B, S, N]``) with ``r`` a tensor of the result's shape and dtype, contiguous, whose value
     ``tr`` (the :class:`~.partition.Translator`) already has: the op runs in the kernel's epilogue on ``c``, rounded
-    as the reference (the product to D's type first). ``mm * r`` is a gated MLP's ``up(x) * act(gate(x))`` (L1_048:
+    as the reference (the product to D's type first). ``mm + b`` with ``b`` a vector of N (a Linear's bias added
+    after a plain ``mm``) gives op ``"bias"``: ``d = cast(acc, T) + bias``, a row broadcast. ``mm * r`` is a gated MLP's ``up(x) * act(gate(x))`` (L1_048:
     the gate's activation computed by the gate kernel's epilogue). Else None."""
     users = list(node.users)
     if len(users) != 1:
@@ -70,8 +71,12 @@ def find_residual(tr, node):
     if not hasattr(other, "meta") or other is mine or tr.known(other) is None:  # r made after the mm: no
         return None
     ov, uv = node_val(other), node_val(user)
-    if ov is None or tuple(ov.shape) != tuple(uv.shape) or ov.dtype != node_val(node).dtype or \
-            uv.dtype != ov.dtype or not ov.is_contiguous():
+    if ov is None or ov.dtype != node_val(node).dtype or uv.dtype != ov.dtype or not ov.is_contiguous():
+        return None
+    if op == "+" and ov.dim() == 1 and ov.shape[0] == uv.shape[-1] and tuple(uv.shape) == tuple(node_val(mine).shape) \
+            and packet(node) == "mm":  # a bias added after the matmul (L1_050's `matmul(x, w.t()) + b`)
+        return user, view, other, "bias"
+    if tuple(ov.shape) != tuple(uv.shape):
         return None
     return user, view, other, op
 

@@ -407,7 +407,11 @@ class Translator:
         if kpad:  # K rows not 16-byte aligned on some workload (L1_083's seq_kv = 77): zeros added to K, sum unchanged
             b_zeros = f"[0, {kpad}]" if b_nk else f"[0, 0, 0, {kpad}]"
             call = [f"F.pad({call[0]}, [0, {kpad}])", f"F.pad({call[1]}, {b_zeros})"]
-        if residual is not None:  # `mm (.view) + r` (or * r): r is the epilogue's c, d = cast(acc, out) + c
+        if residual is not None and residual[3] == "bias":  # `mm (.view) + b`: b is the epilogue's bias vector
+            add, view, other, _ = residual
+            call.append(f"bias={self.known(other)}")
+            self.fused[add] = view if view is not None else node
+        elif residual is not None:  # `mm (.view) + r` (or * r): r is the epilogue's c, d = cast(acc, out) + c
             add, view, other, _ = residual
             text = self.known(other)
             call.append(text if node_val(other).dim() == 2 else

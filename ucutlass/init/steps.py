@@ -25,7 +25,8 @@ class KernelSpec:
             weight), else ``[K, N]``; ``bias``: an ``[N]`` bias in the epilogue (``addmm``); ``scaled``: FP8 a and
             b with blockwise scales ``scale_a : f32[M, K/128]``, ``scale_b : f32[N/128, K/128]`` (:mod:`.fp8`).
         residual: ``+`` or ``*``: the product rounded to ``out``, then added to / multiplied by an epilogue ``c``
-            of d's shape (``d = cast(acc, T) + c``); "" for none.
+            of d's shape (``d = cast(acc, T) + c``); ``bias``: a vector of N added to the product rounded to
+            ``out`` (``d = cast(acc, T) + bias``: a bias added after a plain ``mm``); "" for none.
         activation: an epilogue activation of the (biased) product rounded to ``out`` (:mod:`.epilogues`).
         shapes: (M, N, K) at the captured workload (sizes the search space); ``flops``: 2·M·N·K·batch per call.
     """
