@@ -101,11 +101,30 @@ def _finish(x64, like):
     return x64.to(dt)
 
 
+#: Elements per piece of :func:`_heavy` / :func:`_structured`: the variants of a large input are made piece by
+#: piece, so their working copies stay ~0.5 GiB. L2_024's expert weights (2^31 elements, 4 GiB of bf16 each) as
+#: one float64 tensor asked for 16 GiB more and ran an H100 out of memory in a tune (2026-12-06).
+CHUNK_ELEMENTS = 1 << 26
+
+
+def _work_dtype(x):
+    """float64 for 32/64-bit inputs (their own precision kept), float32 for 16/8-bit ones (already exact there)."""
+    import torch
+
+    return torch.float64 if x.dtype.itemsize >= 4 else torch.float32
+
+
 def _heavy(x, g):
     import torch
 
-    z = torch.randn(x.shape, generator=g, device=x.device, dtype=torch.float64)
-    return _finish(x.double() * torch.exp(HEAVY_SIGMA * z - HEAVY_SIGMA ** 2), x)
+    work, src = _work_dtype(x), x.contiguous()
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    flat_in, flat_out = src.view(-1), out.view(-1)
+    for s in range(0, flat_in.numel(), CHUNK_ELEMENTS):
+        piece = flat_in[s:s + CHUNK_ELEMENTS]
+        z = torch.randn(piece.numel(), generator=g, device=x.device, dtype=work)
+        flat_out[s:s + CHUNK_ELEMENTS] = _finish(piece.to(work) * torch.exp(HEAVY_SIGMA * z - HEAVY_SIGMA ** 2), x)
+    return out
 
 
 def _structured(x, g):
@@ -122,8 +141,15 @@ def _structured(x, g):
     row_scale = torch.where(pick, torch.pow(10.0, exps), row_scale)
     cols = torch.where(torch.rand(x.shape[-1], generator=g, device=dev, dtype=torch.float64)
                        < OUTLIER_COLUMN_FRACTION, OUTLIER_FACTOR, 1.0)
-    y = x.double().reshape(rows, x.shape[-1]) * row_scale[:, None] * cols[None, :]
-    return _finish(y.reshape(x.shape), x)
+    work = _work_dtype(x)
+    src = x.contiguous().view(rows, x.shape[-1])
+    out = torch.empty(x.shape, dtype=x.dtype, device=dev)
+    flat_out = out.view(rows, x.shape[-1])
+    step = max(1, CHUNK_ELEMENTS // x.shape[-1])
+    for r in range(0, rows, step):
+        y = src[r:r + step].to(work) * row_scale[r:r + step, None].to(work) * cols[None, :].to(work)
+        flat_out[r:r + step] = _finish(y, x)
+    return out
 
 
 def _expert_bias(x, g, kind: str):

@@ -58,6 +58,25 @@ def test_variants_heavy_tailed_and_structured_keep_ints_and_scale_rows():
         apply_variant(inputs, "uniform", 0)
 
 
+def test_variants_of_a_large_input_are_made_piece_by_piece(monkeypatch):
+    """A bf16 input made in pieces (L2_024's 4 GiB expert weights once ran the GPU out of memory as one float64
+    copy): every piece gets its own factors (heavy tails in each), the whole stays deterministic, and the
+    structured rows are scaled across the pieces' boundaries."""
+    from ucutlass.grader import inputs as inputs_module
+
+    monkeypatch.setattr(inputs_module, "CHUNK_ELEMENTS", 1000)  # 16 384 elements: 17 pieces
+    x = torch.randn(256, 64, dtype=torch.bfloat16)
+    heavy = apply_variant({"x": x}, HEAVY_TAILED, 7)["x"]
+    assert heavy.dtype == torch.bfloat16 and heavy.shape == x.shape
+    factors = (heavy.float() / x.float()).reshape(-1)[:16000].reshape(16, 1000)
+    assert bool((factors.abs().amax(dim=1) > 3).all())                          # each piece has its tail
+    assert not torch.equal(factors[0], factors[1])                               # ...of its own draws
+    assert torch.equal(apply_variant({"x": x}, HEAVY_TAILED, 7)["x"], heavy)     # deterministic per seed
+    s = apply_variant({"x": x}, STRUCTURED, 7)["x"]
+    row_scale = (s.float() / x.float()).abs().median(dim=1).values
+    assert 0.1 < float((row_scale < 1e-1).double().mean()) < 0.45
+
+
 def test_routing_variants_skew_expert_load():
     logits = torch.randn(2048, 8)
     def load(l):
