@@ -233,6 +233,14 @@ def keep_precision(dtype):
     return KeepPrecision()
 
 
+def _upcast(inputs: Mapping[str, Any], dt) -> dict[str, Any]:
+    """``inputs`` with every floating tensor converted to ``dt`` (a new tensor each), the rest as they are."""
+    import torch
+
+    return {k: (v.to(dt) if isinstance(v, torch.Tensor) and v.dtype.is_floating_point else v)
+            for k, v in inputs.items()}
+
+
 def ground_truth(problem, module, inputs: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
     """The reference's outputs on ``inputs`` upcast to float64 (float32 if that fails), its precision casts
     kept at that dtype (:func:`keep_precision`).
@@ -249,9 +257,8 @@ def ground_truth(problem, module, inputs: Mapping[str, Any]) -> tuple[dict[str, 
     for dt in (torch.float64, torch.float32):
         if dt is torch.float32 and all(v.dtype in (torch.float32, torch.float64) for v in floats):
             break  # nothing more precise than the inputs themselves
-        up = {k: (v.to(dt) if isinstance(v, torch.Tensor) and v.dtype.is_floating_point else v)
-              for k, v in inputs.items()}
-        try:
+        try:  # the upcast too: float64 copies of large inputs may not fit (L2_024's 12 GiB of bf16 experts: 48 GiB)
+            up = _upcast(inputs, dt)
             with keep_precision(dt):
                 out = problem.run_reference(up, module=module)
             return {k: torch.as_tensor(v) for k, v in out.items()}, str(dt).replace("torch.", "")

@@ -153,7 +153,10 @@ def tune_command(args: Any, problem: Any, program: Any, spec: Path,
     print(f"\nstopped: {result.stop_reason} ({len(result.trials)} trials in {len(result.studies)} studies, "
           f"{result.seconds:.0f} s)")
     if result.source is None:
-        print("no combination passed on every workload; see results.json for why", file=sys.stderr)
+        print("no combination passed on every workload; see results.json (verify_failures) for each one's workloads",
+              file=sys.stderr)
+        for f in result.verify_failures:
+            print(f"  {f['how']}: {f['reason']}", file=sys.stderr)
         print(f"results: {paths['json']}")
         return 1
     print("best: " + "; ".join(f"{k}: {', '.join(f'{s}={v}' for s, v in p.items()) or 'as written'}"

@@ -218,7 +218,8 @@ def write_pipeline_outputs(result: PipelineTuneResult, out_dir: Path, steps: Seq
                           "time_ms": o.latency_ms, "reference_ms": o.reference_ms, "t_sol_ms": o.t_sol_ms,
                           "speedup": o.reference_ms / o.latency_ms if o.latency_ms and o.reference_ms else None}
                          for o in result.outcomes],
-           "steps": list(steps), "trials": result.trials, **(extra or {})}
+           "steps": list(steps), "verify_failures": result.verify_failures, "trials": result.trials,
+           **(extra or {})}
     paths["json"] = out_dir / "results.json"
     paths["json"].write_text(json.dumps(_jsonable(doc), indent=2) + "\n")
     return paths

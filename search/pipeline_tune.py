@@ -69,6 +69,9 @@ class PipelineTuneResult:
         stop_reasons: ``{kernel: why its search stopped}``; ``stop_reason``: the run's in words.
         how: ``"best"`` (the best combination measured: each kernel at its best with the others at theirs),
             ``"runner-up"`` (the best failed on some workload), ``"first legal"`` (nothing measured) or ``"none"``.
+        verify_failures: each combination graded on every workload at the end that failed, in order: ``how``,
+            ``picks``, ``reason`` (status and message of its first failing workload) and ``workloads`` (every
+            workload's status, time and message), so a run with no result says why.
     """
 
     problem_id: str
@@ -87,6 +90,7 @@ class PipelineTuneResult:
     seconds: float
     how: str = "best"
     extra: dict = field(default_factory=dict)
+    verify_failures: list[dict] = field(default_factory=list)
 
 
 #: Combinations graded on every workload at the end, best first, until one passes.
@@ -326,6 +330,7 @@ class PipelineTuner:
         if not tried:
             tried = [("first legal", plan.first_picks())]
         chosen = outcomes = None
+        failures: list[dict] = []
         for how, picks in tried:
             self.progress({"event": "verify", "how": how, "picks": picks})
             program = plan.concrete_program(picks)
@@ -334,8 +339,13 @@ class PipelineTuner:
                 chosen, outcomes = (how, picks, program), graded
                 break
             o = next(o for o in graded if not o.ok)
-            self.progress({"event": "verify-failed", "how": how,
-                           "reason": f"{o.status} on {o.workload.label()}: {o.message[:200]}"})
+            reason = f"{o.status} on {o.workload.label()}: {o.message[:200]}"
+            failures.append({"how": how, "picks": picks, "reason": reason,
+                             "workloads": [{"workload": g.workload.label(), "uuid": g.workload.uuid,
+                                            "status": g.status, "time_ms": g.latency_ms,
+                                            "reference_ms": g.reference_ms, "message": g.message[:2000]}
+                                           for g in graded]})
+            self.progress({"event": "verify-failed", "how": how, "reason": reason})
         best_value = None
         if chosen is not None:
             tuned = {w.uuid for w in plan.tuned}
@@ -350,14 +360,15 @@ class PipelineTuner:
                              "state": t.state.name, "value": t.value, "params": t.params,
                              **{a: v for a, v in t.user_attrs.items() if a != "kernel"}})
         if chosen is None:
-            why = "no combination passed on every workload"
+            why = "no combination passed on every workload" + (f" (the best: {failures[0]['reason']})"
+                                                                 if failures else "")
         else:
             why = "; ".join(f"{k}: {r}" for k, r in reasons.items())
         return PipelineTuneResult(plan.problem.id, plan.pipeline, dict(self.names),
                                   chosen[1] if chosen else None, chosen[2].source if chosen else None, best_value,
                                   list(outcomes) if chosen else [], rows, reasons, why, list(plan.tuned),
                                   dict(self.budgets), self.head, time.monotonic() - self._start,
-                                  chosen[0] if chosen else "none")
+                                  chosen[0] if chosen else "none", verify_failures=failures)
 
     def exhaustive(self) -> dict[str, list[dict[str, str]]]:
         """``{kernel: its legal combinations}`` for each kernel searched exhaustively (``brute``: all of them will be

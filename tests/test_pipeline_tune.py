@@ -327,7 +327,14 @@ def test_nothing_passing_on_every_workload_writes_no_best(gate_up_plan, tmp_path
     assert [e["how"] for e in events if e["event"] == "verify-failed"] == ["best", "runner-up", "runner-up"]
     paths = write_pipeline_outputs(result, tmp_path)
     assert "best" not in paths and not (tmp_path / "best.ucut").exists()
-    assert json.loads(paths["json"].read_text())["picks"] is None
+    doc = json.loads(paths["json"].read_text())
+    assert doc["picks"] is None
+    # the failed final gradings are recorded with every workload's status, so the run says why it has no result
+    assert [f["how"] for f in doc["verify_failures"]] == ["best", "runner-up", "runner-up"]
+    assert all(f["reason"].startswith("TIMEOUT on ") for f in doc["verify_failures"])
+    assert {w["status"] for f in doc["verify_failures"] for w in f["workloads"]} == {"TIMEOUT"}
+    assert len(doc["verify_failures"][0]["workloads"]) == len(gate_up_plan.problem.workloads)
+    assert "TIMEOUT on " in result.stop_reason
 
 
 def test_the_json_document_of_a_pipeline_tune_fits_the_schema(gate_up_plan, tmp_path):

@@ -195,6 +195,25 @@ def test_ground_truth_upcasts_and_falls_back(gemm_problem):
     assert truth is None and "bf16 only" in how
 
 
+def test_ground_truth_falls_back_when_the_upcast_itself_runs_out_of_memory(gemm_problem):
+    """L2_024 on the H100: the float64 copy of its 4 GiB bf16 expert weights (16 GiB) ran out of memory in the
+    upcast, before the reference ran, and the error escaped the float64 -> float32 fallback, failing the grade."""
+    mod = gemm_problem.reference_module()
+    inputs = gemm_problem.make_inputs(gemm_problem.workloads[1], seed=0, module=mod)
+
+    class NoRoomForFloat64(torch.Tensor):
+        def to(self, *args, **kwargs):
+            if torch.float64 in args or kwargs.get("dtype") is torch.float64:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
+            return super().to(*args, **kwargs)
+
+    big = {k: v.bfloat16().as_subclass(NoRoomForFloat64) for k, v in inputs.items()}
+    truth, how = ground_truth(gemm_problem, mod, big)
+    assert how == "float32" and truth["C"].dtype is torch.float32
+    assert torch.allclose(truth["C"].as_subclass(torch.Tensor),
+                          mod.run(*[v.as_subclass(torch.Tensor).float() for v in big.values()]))
+
+
 def test_ground_truth_keeps_precision_through_the_references_own_casts(gemm_problem):
     """A reference that rounds to bf16 on purpose (L2_055's layer norm: ``.to(torch.bfloat16)`` before a linear)
     failed in float64 on the H200, leaving no truth; its casts are now kept at float64, and fp8 casts (quantization)

@@ -67,7 +67,8 @@ ERROR_CODES: dict[str, str] = {
     "unknown-kernel": "a pipeline calls a name that is no kernel of the file",
     "not-allowed": "a torch step, method or constant outside the allow-list (ucutlass/ir/torch_ops.py)",
     "bad-return": "a pipeline without one final return, or returning other than the problem's outputs",
-    "bad-call": "a call with the wrong arguments or results",
+    "bad-call": "a call with the wrong arguments or results, or a function (relu, gelu, …) called with the wrong "
+                "arguments",
     "use-before-made": "a pipeline name used before a step makes it (a cycle, a later step, a typo)",
     "bad-step": "a step whose shapes or dtypes do not flow (a kernel or torch step refuses its arguments)",
     "unknown-family": "kernel family other than gemm",
@@ -102,7 +103,6 @@ ERROR_CODES: dict[str, str] = {
     "unused-name": "an intermediate never used",
     "undefined-name": "a name that is not acc, c, an input or an earlier intermediate",
     "unknown-function": "a call of something other than the activations",
-    "bad-call": "a function called with the wrong arguments",
     "empty": "a file with no kernel (empty or only comments)",
     "too-large": "a file over 256 KiB, an expression over 256 terms, or open choices over 4096 combinations",
     "too-deep": "an expression nested more than 32 deep (in the text or with its intermediates inlined)",
