@@ -242,12 +242,14 @@ def wall_spin_cycles(host_ms: float) -> int:
 
 
 def wall(call: Callable[[int], None] | None, n_sets: int, n: int, flush,
-         before: Callable[[int], None] | None, prims: Primitives, spin_cycles: int = SPIN_CYCLES) -> float:
+         before: Callable[[int], None] | None, prims: Primitives, spin_cycles: int = SPIN_CYCLES,
+         host: list[float] | None = None) -> float:
     """``n`` iterations of (before, flush, spin, call, device-wide synchronisation); returns milliseconds.
 
     With ``call=None`` the same loop without the call: the baseline the parent subtracts. The parent
     times the whole request with its own clock; this return value is only a diagnostic. ``spin_cycles``: the
-    same in both loops (:func:`wall_spin_cycles`).
+    same in both loops (:func:`wall_spin_cycles`). ``host``: when given, each call's time to return (seconds) is
+    appended (a diagnostic: a host path longer here than in :func:`bench` outruns the spin).
     """
     p = prims
     p.sync()
@@ -262,7 +264,10 @@ def wall(call: Callable[[int], None] | None, n_sets: int, n: int, flush,
             # overlaps GPU work in both loops, so the difference is what the call cost the GPU, on all streams.
             p.spin(spin_cycles)
         if call is not None:
+            h = p.clock()
             call(k)
+            if host is not None:
+                host.append(p.clock() - h)
         p.sync()
     return (p.clock() - t0) * 1e3
 

@@ -28,7 +28,8 @@ op            request fields                                           reply (``
 ``call``      ``key``, ``inputs``, ``outputs``                         ``wall_ms`` (outputs written, synced)
 ``bench``     ``key``, ``sets`` [{base, work, outputs, check}],        ``times_ms``, ``warmup_calls``,
               ``params``, ``plan`` {seed, rescale}                     ``estimate_ms``, ``snapshots``, …
-``wall``      ``key``, ``n``, ``call`` (bool): on the last bench's sets ``worker_ms`` (diagnostic only)
+``wall``      ``key``, ``n``, ``call`` (bool): the loop on the last        ``worker_ms``, ``call_host_ms``,
+              bench's sets                                             ``spin_cycles`` (diagnostics)
 ``reference`` ``inputs``, ``upcast`` (bool): the problem's ``run()``      ``outputs`` {name: dtype, shape},
               (reference role), held until ``fetch``                    ``how`` (the ground truth's dtype)
 ``inputs``    ``workload``, ``seed``: the problem's custom input         ``outputs`` {name: dtype, shape or
@@ -381,9 +382,12 @@ class _State:
         t = self.timing
         if t is None or t["key"] != key:
             raise _Failure(RUNTIME_ERROR, "no timing run of this solution to repeat")
+        host: list[float] = []
         ms = wall(t["call"] if with_call else None, len(t["sets"]), n, self.flush, t["before"], self.prims,
-                  t["spin_cycles"])
-        return {"ok": True, "worker_ms": ms}
+                  t["spin_cycles"], host)
+        host.sort()
+        return {"ok": True, "worker_ms": ms, "call_host_ms": host[len(host) // 2] * 1e3 if host else None,
+                "spin_cycles": t["spin_cycles"]}
 
     # -- the problem's own code (reference role) -------------------------------------------------------
 
