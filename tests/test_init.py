@@ -143,6 +143,12 @@ def test_symbolize_tells_axes_from_constants():
     assert sym((64, 64, 64)) == "hidden"
     assert sym((3, 3, 3)) == "3"
     assert sym((16, 48, 32)) == "2 * seq"
+    # a concatenation's length, and its rows once flattened (L2_030: torch.cat of text and image tokens, then a
+    # reshape to [batch * (text + image), hidden] was written as the captured 768 and failed at other workloads)
+    cat = symbolize({"batch": (2, 1, 2), "text": (128, 256, 131), "img": (256, 512, 293)}, {"hidden": 3072})
+    assert cat((384, 768, 424)) == "(text + img)"
+    assert cat((768, 768, 848)) == "batch * (text + img)"
+    assert cat((256, 512, 262)) == "2 * text" and cat((256, 256, 262)) == "batch * text"  # products still win
 
 
 def test_cli_init_writes_and_checks(tmp_path, capsys):

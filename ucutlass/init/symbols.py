@@ -10,7 +10,8 @@ from typing import Mapping
 
 def symbolize(values: Mapping[str, tuple[int, ...]], consts: Mapping[str, int] | None = None):
     """A function (int at each capture) → text: the axis expression that takes those values at the captured
-    workloads (``batch_size * seq_len``, ``2 * hidden``), or the number when they agree (a constant) or nothing fits.
+    workloads (``batch_size * seq_len``, ``2 * hidden``, ``batch_size * (text_seq_len + img_seq_len)``), or the number
+    when they agree (a constant) or nothing fits.
 
     Args:
         values: var axis name → its value at each captured workload (the first: the one the graph is written at).
@@ -34,6 +35,15 @@ def symbolize(values: Mapping[str, tuple[int, ...]], consts: Mapping[str, int] |
         for j, m in enumerate(names[i + 1:], i + 1):
             for o in names[j + 1:]:
                 cands.append((f"{n} * {m} * {o}", mul(values[n], values[m], values[o])))
+    # sums, last (a product or difference that fits wins): a concatenation's length (L2_030's torch.cat of text and
+    # image tokens: text_seq_len + img_seq_len, batch_size * (text_seq_len + img_seq_len) rows once flattened)
+    for i, n in enumerate(names):
+        for m in names[i + 1:]:
+            total = tuple(x + y for x, y in zip(values[n], values[m]))
+            cands.append((f"({n} + {m})", total))
+            for o in names:
+                if o not in (n, m):
+                    cands.append((f"{o} * ({n} + {m})", mul(values[o], total)))
 
     def fn(vals: tuple) -> str:
         a = vals[0]
