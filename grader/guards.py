@@ -285,8 +285,8 @@ def wall_verdict(per_call_ms: float, event_median_ms: float, device_type: str,
     """Whether the parent's wall clock agrees with the events.
 
     Args:
-        noise_ms: the baseline loop's own spread per call (its batches' max − min, over the calls in a batch):
-            what the wall clock cannot resolve. A baseline iteration is the input preparation, the flush and the
+        noise_ms: the baseline loop's own spread per call (the gap between its two fastest batches, over the calls
+            in a batch): what the wall clock cannot resolve. A baseline iteration is the input preparation, the flush and the
             spin (0.47 ms for Quant_005's FP8 inputs and scales on an H100, 2026-12-06), so a 19 µs call is a few
             per cent of it and the batches' jitter alone made honest CUDA-graph replays "escape" 4.5–8.6 µs
             (docs/benchmarks/2026-12-06-h100-tune-no-spec-2.md). Work really hidden from the events escapes in
