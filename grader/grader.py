@@ -985,11 +985,12 @@ class Grader:
                     if with_call and r.data.get("call_host_ms") is not None:
                         hosts.append(float(r.data["call_host_ms"]))
             per_call = max(min(cand) - min(base), 0.0) / n
-            # what this clock cannot resolve per call (see wall_verdict): the gap between the two fastest baseline
-            # batches (not max − min: one batch caught by a GC pause or a compile must not open the bound)
+            # A diagnostic, not part of the verdict: the gap between the two fastest baseline batches per call, what
+            # this clock resolves (Quant_005's 19 µs graph replay "escaped" 4.5-8.6 µs over 0.35-0.47 ms baseline
+            # iterations on an H100). Widening the bound by it waits for a GPU run of the side-stream cheat test.
             fastest = sorted(base)
             noise = (fastest[1] - fastest[0]) / n if len(fastest) > 1 else 0.0
-            ok, escaped, allowed = wall_verdict(per_call, event_median_ms, self.device.type, noise)
+            ok, escaped, allowed = wall_verdict(per_call, event_median_ms, self.device.type)
             # the call's median time to return in these loops: longer than the spin covers, it shows as escaped
             rounds.append({"baseline_ms": min(base), "with_calls_ms": min(cand), "per_call_ms": per_call,
                            "noise_ms": noise, "call_host_ms": min(hosts) if hosts else None})

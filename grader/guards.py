@@ -280,17 +280,8 @@ WALL_SLACK_MS = {"cuda": 0.004, "cpu": 0.5}
 WALL_FRACTION_CPU = 0.5
 
 
-def wall_verdict(per_call_ms: float, event_median_ms: float, device_type: str,
-                 noise_ms: float = 0.0) -> tuple[bool, float, float]:
+def wall_verdict(per_call_ms: float, event_median_ms: float, device_type: str) -> tuple[bool, float, float]:
     """Whether the parent's wall clock agrees with the events.
-
-    Args:
-        noise_ms: the baseline loop's own spread per call (the gap between its two fastest batches, over the calls
-            in a batch): what the wall clock cannot resolve. A baseline iteration is the input preparation, the flush and the
-            spin (0.47 ms for Quant_005's FP8 inputs and scales on an H100, 2026-12-06), so a 19 µs call is a few
-            per cent of it and the batches' jitter alone made honest CUDA-graph replays "escape" 4.5–8.6 µs
-            (docs/benchmarks/2026-12-06-h100-tune-no-spec-2.md). Work really hidden from the events escapes in
-            every round whatever the noise.
 
     Returns:
         ``(ok, escaped_ms, allowed_ms)`` where ``escaped_ms = per_call_ms − event_median_ms``.
@@ -298,7 +289,7 @@ def wall_verdict(per_call_ms: float, event_median_ms: float, device_type: str,
     frac = WALL_FRACTION if device_type == "cuda" else WALL_FRACTION_CPU
     slack = WALL_SLACK_MS.get(device_type, WALL_SLACK_MS["cpu"])
     escaped = per_call_ms - event_median_ms
-    allowed = frac * max(event_median_ms, 0.0) + slack + max(noise_ms, 0.0)
+    allowed = frac * max(event_median_ms, 0.0) + slack
     return escaped <= allowed, escaped, allowed
 
 

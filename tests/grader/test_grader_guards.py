@@ -343,11 +343,6 @@ def test_wall_verdict_bounds():
     assert not ok and math.isclose(escaped, 0.058) and allowed < 0.01
     assert not wall_verdict(1.5, 1.0, "cuda")[0] and wall_verdict(1.15, 1.0, "cuda")[0]
     assert wall_verdict(1.8, 1.0, "cpu")[0] and not wall_verdict(3.0, 1.0, "cpu")[0]
-    # the baseline's own spread per call widens the bound by that much: Quant_005's graph replay on an H100 (events
-    # 19.0 µs, wall 27.6 µs per call over 351 µs baseline iterations) is within 2 µs of noise, not hidden work ...
-    assert not wall_verdict(0.0276, 0.0190, "cuda")[0] and wall_verdict(0.0276, 0.0190, "cuda", noise_ms=0.002)[0]
-    # ... and the side-stream GEMM is caught whatever the noise of that size
-    assert not wall_verdict(0.060, 0.002, "cuda", noise_ms=0.005)[0]
 
 
 def test_inputs_modified_compares_bits():
