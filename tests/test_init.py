@@ -161,6 +161,16 @@ def test_cli_init_writes_and_checks(tmp_path, capsys):
     assert "aten.argmax" in capsys.readouterr().err
 
 
+def test_tune_dry_run_with_no_spec_plans_init_program_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """A dry run plans init's program from a temporary copy: nothing appears in the working folder (a new user
+    found ucutlass-tune/PROBLEM/init.ucut left behind by a dry run)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", str(DATA / "tiny_gemm"), "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "tuning the program `ucutlass init` wrote" in err and "ucutlass-init-" in err
+    assert "gemm0" in out and list(tmp_path.iterdir()) == []
+
+
 def test_a_scalar_the_entry_point_makes_is_written_by_name():
     text = init_program(problem("tiny_scaled")).text
     assert "mm * scaling" in text  # not the value it traced with

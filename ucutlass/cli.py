@@ -699,7 +699,15 @@ def cmd_tune(args) -> int:
     problem = find_problem(args.problem, args.problems)
     spec = Path(args.spec) if args.spec else problem.spec_path
     if spec is None:
-        spec = _init_spec(problem, Path(args.out) if args.out else Path("ucutlass-tune") / problem.id)
+        if args.out:
+            out_dir = Path(args.out)
+        elif args.dry_run:  # a dry run leaves nothing behind in the working folder (a temporary copy to plan from)
+            import tempfile
+
+            out_dir = Path(tempfile.mkdtemp(prefix="ucutlass-init-"))
+        else:
+            out_dir = Path("ucutlass-tune") / problem.id
+        spec = _init_spec(problem, out_dir)
     program = _load_program(str(spec))
     if program.pipelines:  # one study per kernel it calls, the whole pipeline graded (search/pipeline_cli.py)
         from .agents.feedback import pipeline_tune_document

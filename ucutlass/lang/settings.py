@@ -24,12 +24,16 @@ class Bad(Exception):
         self.code = code
 
 
-def _enum_converter(setting: str, enum_type: type, names: Sequence[str], what: str) -> Callable[["Atom"], Any]:
+def _enum_converter(setting: str, enum_type: type, names: Sequence[str], what: str,
+                    shown: Sequence[str] | None = None) -> Callable[["Atom"], Any]:
+    """Converter of an enum setting: any of ``names`` converts; an error lists ``shown`` (default: ``names``)."""
+    valid = tuple(shown) if shown is not None else tuple(names)
+
     def convert(atom: Atom) -> Any:
         if atom.kind == "name" and atom.text in names:
             return enum_type(atom.text)
         code = "unknown-dtype" if enum_type is DType else "bad-value"
-        raise Bad(f"{setting} = {atom.text} is not {what}{did_you_mean(atom.text, names)}", names, code)
+        raise Bad(f"{setting} = {atom.text} is not {what}{did_you_mean(atom.text, valid)}", valid, code)
     return convert
 
 
@@ -134,14 +138,16 @@ assert tuple(SETTINGS) == ir.GEMM_SETTINGS
 
 
 def schedule_converter(k: "KernelNode", rules: Mapping[Target, Any]) -> Callable[["Atom"], Any]:
-    """The ``schedule`` converter of kernel ``k``: its valid list names the schedules of the kernel's target
-    (``rules[target].SCHEDULES``; sm90 when no target is written) first; all of them when the target is open."""
+    """The ``schedule`` converter of kernel ``k``: an unknown name's error lists only the schedules of the kernel's
+    target (``rules[target].SCHEDULES``; sm90 when no target is written; all of them when the target is open).
+    Another target's schedule still converts, so that the target's rule names it (``sm100.schedule``: "the sm90
+    ones are not")."""
     written = [it.value for it in k.items if isinstance(it, SettingNode) and it.name == "target"]
     target = written[0].text if written and isinstance(written[0], Atom) else None if written else "sm90"
     if target not in TARGETS:
         return SETTINGS["schedule"].convert
     own = tuple(s.value for s in rules[Target(target)].SCHEDULES)
-    return _enum_converter("schedule", Schedule, own + tuple(s for s in SCHEDULES if s not in own), "a schedule")
+    return _enum_converter("schedule", Schedule, SCHEDULES, f"an {target} schedule", shown=own)
 
 
 def atom_of(text: str) -> Atom:
