@@ -113,14 +113,18 @@ def direct_program(part: Partition, problem) -> str | None:
     return kernel_text(spec, {"a": f" <- {args[0]}", "b": f" <- {args[1]}", "d": f" -> {out}"}) + "\n"
 
 
-def program_text(part: Partition, problem, reference_lines: list[str]) -> str:
-    """The `.ucut` text of a partition: a header, the kernels, the pipeline (or one directly bound kernel)."""
+def program_text(part: Partition, problem, reference_lines: list[str], captured: str = "") -> str:
+    """The `.ucut` text of a partition: a header, the kernels, the pipeline (or one directly bound kernel).
+    ``captured``: the workload the graph was captured at (its var axes, ``"batch=2, seq=128"``), named in the header
+    so that the shapes in the kernels' comments can be read."""
     n_kernel = sum(1 for s in part.steps if s.kind == "kernel")
     n_torch = sum(1 for s in part.steps if s.kind == "torch")
     share = part.kernel_flops / part.total_flops if part.total_flops else 0.0
     head = [f"# Written by `ucutlass init {problem.id}` from the reference's aten graph (make_fx, fake tensors).",
             f"# {n_kernel} kernel call(s), {n_torch} torch step(s); "
             f"{share:.0%} of the reference's matmul FLOPs run in kernels."]
+    if captured:
+        head.append(f"# Captured at the workload {captured}: the shapes in the comments are that workload's.")
     direct = direct_program(part, problem)
     if direct is not None:
         return "\n".join(head) + "\n" + direct

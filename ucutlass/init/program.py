@@ -60,7 +60,9 @@ def init_program(problem) -> InitResult:
         except InitError:
             continue
     part = Translator(problem, cap, others).run()
-    return InitResult(program_text(part, problem, problem.reference_source.splitlines()), part)
+    axes = problem.resolve_axes(main)
+    captured = ", ".join(f"{n}={axes[n]}" for n, a in problem.axes.items() if a.kind == "var" and n in axes)
+    return InitResult(program_text(part, problem, problem.reference_source.splitlines(), captured), part)
 
 
 def _main_workload(problem, small):
