@@ -255,6 +255,7 @@ def format_table(results: Iterable[WorkloadResult], *, reasons: bool = True, emu
     the worst absolute and relative errors against the workload's ``max_atol`` / ``max_rtol``, and the share of
     elements within them against the required share.
     """
+    results = list(results)
     if emulated:
         rows = [("workload", "status", "latency ms (emulated)", "reference ms", "max err abs / rel",
                  "tolerance atol / rtol", "matched / required")]
@@ -271,11 +272,25 @@ def format_table(results: Iterable[WorkloadResult], *, reasons: bool = True, emu
                          _fmt(r.t_sol_ms), _fmt(r.sol_score, ".3f")))
         if reasons and r.reason and r.status is not Status.PASSED:
             notes.append(f"  {r.label}: {r.reason.splitlines()[0][:160]}")
+    if emulated and any(_passed_beyond_max(r) for r in results):
+        notes.append("  (a PASSED row's max error can exceed atol / rtol: each element matches when |out - ref| <= "
+                     "atol + rtol * |ref|, and the row passes when the matched share reaches the required one; the "
+                     "max relative error is largest where the reference is near 0)")
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines + notes)
+
+
+def _passed_beyond_max(r: WorkloadResult) -> bool:
+    """A PASSED result whose worst absolute or relative error is above the tolerance's atol or rtol."""
+    c = r.correctness
+    if r.status is not Status.PASSED or c is None:
+        return False
+    tol = c.tolerance or {}
+    return any(e is not None and t is not None and e > t
+               for e, t in ((c.max_absolute_error, tol.get("max_atol")), (c.max_relative_error, tol.get("max_rtol"))))
 
 
 # --- environment ---------------------------------------------------------------------------------------

@@ -301,3 +301,14 @@ def test_emulated_table_shows_a_failure_s_errors_and_its_reason():
     lines = format_table([r], emulated=True).splitlines()
     assert "3 / 0.5" in lines[2] and "0.01 / 0.02" in lines[2] and "0.9 / 0.99" in lines[2], lines
     assert lines[3].strip() == "a=1: max error 3 over tolerance", lines
+
+
+def test_emulated_table_explains_a_passed_row_whose_max_error_is_above_the_tolerance():
+    """A new user saw "0.125 / 6.59e+05" beside PASSED: the table says why (per-element match, matched share)."""
+    from ucutlass.grader import Correctness, WorkloadResult, format_table
+
+    tol = {"max_atol": 0.01, "max_rtol": 0.02, "required_matched_ratio": 0.99}
+    r = WorkloadResult("p", "u", {"a": 1}, "a=1", "s", Status.PASSED, correctness=Correctness(0.125, 6.6e5, 1.0, tol))
+    ok = WorkloadResult("p", "u", {"a": 1}, "a=1", "s", Status.PASSED, correctness=Correctness(0.005, 0.01, 1.0, tol))
+    assert "matched share" in format_table(iter([r]), emulated=True)
+    assert "matched share" not in format_table([ok], emulated=True)
