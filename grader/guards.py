@@ -293,5 +293,19 @@ def wall_verdict(per_call_ms: float, event_median_ms: float, device_type: str) -
     return escaped <= allowed, escaped, allowed
 
 
-__all__ = ["Integrity", "ThreadWatch", "L2Persisting", "aliasing", "wall_verdict", "WATCHED", "GRADER_MODULES",
-           "WALL_FRACTION", "WALL_SLACK_MS"]
+def wall_chargeable(escaped_ms: float, allowed_ms: float, event_median_ms: float) -> bool:
+    """Whether time the events missed (``escaped_ms`` over ``allowed_ms``, :func:`wall_verdict`) is charged to the
+    candidate — its latency becomes the wall clock's per-call time and it passes — instead of failing it
+    UNTIMED_WORK: when it is at most the events' own median beyond the allowance (all in ms).
+
+    Why: an honest CUDA-graph replay (Quant_005's 19 µs FP8 GEMM on an H100) took 25–32 µs to return and
+    "escaped" 5–8.6 µs in some grades and not others (docs/benchmarks/2026-12-06-h100-wall-charge.md); failing
+    it threw away a 5× kernel. Charging loses nothing against a cheat: work hidden from the events in this zone
+    is paid for at wall-clock time; work that dwarfs what the events saw (a side-stream GEMM behind an empty
+    call) is still UNTIMED_WORK.
+    """
+    return escaped_ms <= allowed_ms + max(event_median_ms, 0.0)
+
+
+__all__ = ["Integrity", "ThreadWatch", "L2Persisting", "aliasing", "wall_verdict", "wall_chargeable", "WATCHED",
+           "GRADER_MODULES", "WALL_FRACTION", "WALL_SLACK_MS"]

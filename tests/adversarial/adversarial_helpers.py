@@ -66,6 +66,9 @@ def _s(*statuses: Status) -> frozenset:
 KINDS: tuple[Kind, ...] = (
     Kind("side_stream", "work on a side stream, never joined", "cheat_side_stream.py", "adv_gemm",
          None, _s(S.UNTIMED_WORK), "wall clock"),
+    # Half the work hidden: failed, or charged at the wall clock's time (grader/guards.py wall_chargeable).
+    Kind("side_stream_part", "half the rows on a side stream, never joined", "cheat_side_stream_part.py",
+         "adv_gemm", None, _s(S.PASSED, S.UNTIMED_WORK), no_gain=True),
     Kind("background_thread", "work finished by a background thread", "cheat_background_thread.py", "adv_gemm",
          _s(S.THREAD_SPAWNED), _s(S.THREAD_SPAWNED), "thread"),
     Kind("lazy_subclass", "lazily evaluated tensor subclass", "cheat_lazy_subclass.py", "adv_gemm",

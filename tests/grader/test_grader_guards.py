@@ -16,7 +16,7 @@ from grader_helpers import gemm_problem  # noqa: F401  (fixtures)
 from ucutlass.grader import GUARD_STATUSES, Status, summarize
 from ucutlass.grader.accuracy import check_accuracy, ground_truth, normalized_errors
 from ucutlass.grader.grader import Grader, _modified, _replay
-from ucutlass.grader.guards import Integrity, ThreadWatch, aliasing, wall_verdict
+from ucutlass.grader.guards import Integrity, ThreadWatch, aliasing, wall_chargeable, wall_verdict
 from ucutlass.grader.inputs import (
     ADVERSARIAL_ROUTING,
     BASE_VARIANTS,
@@ -343,6 +343,28 @@ def test_wall_verdict_bounds():
     assert not ok and math.isclose(escaped, 0.058) and allowed < 0.01
     assert not wall_verdict(1.5, 1.0, "cuda")[0] and wall_verdict(1.15, 1.0, "cuda")[0]
     assert wall_verdict(1.8, 1.0, "cpu")[0] and not wall_verdict(3.0, 1.0, "cpu")[0]
+
+
+def test_wall_charge_zone():
+    # Quant_005 on an H100: a 19.3 µs graph replay, 27.8 µs per call by the wall clock: charged, not failed
+    ok, escaped, allowed = wall_verdict(0.02778, 0.01926, "cuda")
+    assert not ok and wall_chargeable(escaped, allowed, 0.01926)
+    # a side-stream GEMM behind an empty call: far more than the events saw, still UNTIMED_WORK
+    ok, escaped, allowed = wall_verdict(0.060, 0.002, "cuda")
+    assert not ok and not wall_chargeable(escaped, allowed, 0.002)
+    assert wall_chargeable(*wall_verdict(1.9, 1.0, "cuda")[1:], 1.0)
+    assert not wall_chargeable(*wall_verdict(2.3, 1.0, "cuda")[1:], 1.0)
+
+
+def test_a_charged_latency_pays_what_escaped():
+    from ucutlass.grader.grader import _charged
+    from ucutlass.grader.results import Performance
+
+    perf = Performance(latency_ms=0.019, latency_p20_ms=0.018, latency_p80_ms=0.021, reference_latency_ms=0.138,
+                       speedup_factor=0.138 / 0.019, t_sol_ms=None, sol_score=None, timed_calls=100)
+    c = _charged(perf, 0.0085)
+    assert math.isclose(c.latency_ms, 0.0275) and math.isclose(c.latency_p20_ms, 0.0265)
+    assert math.isclose(c.latency_p80_ms, 0.0295) and math.isclose(c.speedup_factor, 0.138 / 0.0275)
 
 
 def test_inputs_modified_compares_bits():
