@@ -272,6 +272,10 @@ def format_table(results: Iterable[WorkloadResult], *, reasons: bool = True, emu
                          _fmt(r.t_sol_ms), _fmt(r.sol_score, ".3f")))
         if reasons and r.reason and r.status is not Status.PASSED:
             notes.append(f"  {r.label}: {r.reason.splitlines()[0][:160]}")
+        charged = (r.checks.get("wall") or {}).get("charged_ms") if isinstance(r.checks, Mapping) else None
+        if charged:
+            notes.append(f"  {r.label}: latency includes {charged:.4g} ms per call the wall clock saw outside the "
+                         "events (charged, docs/grader.md)")
     if emulated and any(_passed_beyond_max(r) for r in results):
         notes.append("  (a PASSED row's max error can exceed atol / rtol: each element matches when |out - ref| <= "
                      "atol + rtol * |ref|, and the row passes when the matched share reaches the required one; the "

@@ -367,6 +367,13 @@ def test_a_charged_latency_pays_what_escaped():
     assert math.isclose(c.latency_p80_ms, 0.0295) and math.isclose(c.speedup_factor, 0.138 / 0.0275)
 
 
+def test_a_charged_row_says_so_in_the_table():
+    from ucutlass.grader import WorkloadResult, format_table
+
+    r = WorkloadResult("p", "u", {"M": 1408}, "M=1408", "s", Status.PASSED, checks={"wall": {"charged_ms": 0.0085}})
+    assert "M=1408: latency includes 0.0085 ms per call the wall clock saw outside the events" in format_table([r])
+
+
 def test_inputs_modified_compares_bits():
     e = {"x": torch.tensor([1.0, float("nan")]), "n": 3}
     assert _modified(e, [torch.tensor([1.0, float("nan")]), 3]) == []
