@@ -31,8 +31,10 @@ def test_honest_solutions_pass(cpu_graders, name, file):
     assert acc["checked"] >= 1 and acc["ratio"] <= 4.0, acc
     wall = r.checks["wall"]
     assert wall["escaped_ms"] <= wall["allowed_ms"], wall
-    # the call's time to return inside the wall loops is recorded (a host path the spin did not cover shows there)
-    assert 0.0 <= wall["call_host_ms"] <= wall["per_call_ms"] + wall["baseline_ms"], wall
+    # the call's time to return inside the wall loops is recorded (a host path the spin did not cover shows there);
+    # it is raw host time, the batches are less the worker's preempted time: a busy CI machine preempts it (a
+    # fastest batch with calls of 0 ms once the preemption was subtracted), so the bound adds that back
+    assert 0.0 <= wall["call_host_ms"] <= wall["with_calls_ms"] + wall["preempted_ms"], wall
     assert r.checks["unlisted_shape"].get("checked"), r.checks
 
 
