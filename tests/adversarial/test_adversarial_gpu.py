@@ -40,7 +40,12 @@ def test_honest_solutions_pass_on_the_gpu(gpu_graders, name, file):
     acc = r.correctness.accuracy
     assert acc["checked"] >= 1 and acc["ratio"] <= 4.0, acc
     wall = r.checks["wall"]
-    assert wall["escaped_ms"] <= wall["allowed_ms"], wall
+    # The events stand, or the wall check charged what it saw beyond them (the charge zone: under this test's load
+    # an honest torch bf16 GEMM of 23 µs "escaped" 29 µs on an H100, docs/benchmarks/2026-12-06-h100-wall-charge.md)
+    # and the latency includes it.
+    if wall["escaped_ms"] > wall["allowed_ms"]:
+        assert wall["charged_ms"] == wall["escaped_ms"], wall
+        assert abs(r.latency_ms - (wall["event_median_ms"] + wall["escaped_ms"])) < 1e-9, (r.latency_ms, wall)
     assert r.environment["hardware"] and r.environment["libs"]["torch"]
 
 
