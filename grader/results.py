@@ -237,13 +237,13 @@ def _fmt(x: float | None, spec: str = ".4g") -> str:
 
 def _error_columns(c: Correctness | None) -> tuple[str, str, str]:
     """The worst errors, the tolerance (an element matches when ``|out - ref| <= atol + rtol * |ref|``) and
-    ``matched / required`` (shares of the elements, from 0 to 1)."""
+    ``matched / required`` (shares of the elements, from 0 to 1; six digits, so that 0.99998 does not read as 1)."""
     if c is None:
         return "-", "-", "-"
     tol = c.tolerance or {}
     return (f"{_fmt(c.max_absolute_error, '.3g')} / {_fmt(c.max_relative_error, '.3g')}",
             f"{_fmt(tol.get('max_atol'), '.3g')} / {_fmt(tol.get('max_rtol'), '.3g')}",
-            f"{_fmt(c.matched_ratio, '.4g')} / {_fmt(tol.get('required_matched_ratio'), '.4g')}")
+            f"{_fmt(c.matched_ratio, '.6g')} / {_fmt(tol.get('required_matched_ratio'), '.4g')}")
 
 
 def format_table(results: Iterable[WorkloadResult], *, reasons: bool = True, emulated: bool = False) -> str:

@@ -156,6 +156,7 @@ def test_cli_init_writes_and_checks(tmp_path, capsys):
     assert main(["init", str(DATA / "tiny_gemm"), "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert out.is_file() and "kernel gemm0 : gemm" in out.read_text()
+    assert "# Captured at the workload M=" in out.read_text()  # which workload the comments' shapes are from
     assert "PASSED" in err and "100% of matmul FLOPs in kernels" in err
     assert main(["init", str(DATA / "tiny_no_lowering"), "--no-check"]) == 1
     assert "aten.argmax" in capsys.readouterr().err

@@ -124,7 +124,8 @@ def program_text(part: Partition, problem, reference_lines: list[str], captured:
             f"# {n_kernel} kernel call(s), {n_torch} torch step(s); "
             f"{share:.0%} of the reference's matmul FLOPs run in kernels."]
     if captured:
-        head.append(f"# Captured at the workload {captured}: the shapes in the comments are that workload's.")
+        head.append(f"# Captured at the workload {captured} (the smallest whose var axes are all >= 2; init's check "
+                    "grades the smallest): the shapes in the comments are that workload's.")
     direct = direct_program(part, problem)
     if direct is not None:
         return "\n".join(head) + "\n" + direct
