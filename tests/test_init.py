@@ -247,13 +247,6 @@ def test_a_reference_that_writes_in_place_is_captured_functionalized_and_passes_
     assert check_program(text, p) == (True, "PASSED")
 
 
-def test_a_graph_that_changes_with_the_workload_is_one_message():
-    """A Python loop over an axis (L2_045's per-batch index_copy_) unrolls to a graph per workload: init says so
-    (naming the reference line) instead of writing a program right at one workload only."""
-    with pytest.raises(InitError, match=r"ops change with the workload from reference line 5 .*batch=2.*loop"):
-        init_program(problem("tiny_loop"))
-
-
 def test_a_blockwise_dequantised_fp8_matmul_is_a_blockwise_fp8_kernel_and_passes_emulated():
     """SOL-ExecBench's FP8 references multiply the dequantised f32 tensors (1x128 activation blocks, 128x128 weight
     blocks): init calls a blockwise-scaled FP8 gemm on the e4m3 tensors and their scales instead of 3xTF32 on the f32

@@ -243,6 +243,7 @@ def capture(problem, workload=None) -> Capture:
                         getattr(u.target, "overloadpacket", None) is torch.ops.aten.nonzero_static for u in n.users)
                     for n in gm.graph.nodes if n.op == "call_function"):
                 raise e from None
+        gm = _folded(gm, fakes)
     except Exception as e:  # the reference is data; any failure is a message, never a traceback
         text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         why = ("data-dependent control flow or shapes (the reference reads tensor values)" if _data_dependent(e)
@@ -251,6 +252,17 @@ def capture(problem, workload=None) -> Capture:
         where = f" at reference line {lines[-1]}" if lines else ""
         raise InitError(f"{problem.id}: cannot capture run(){where}: {why}: {text[:300]}") from None
     return Capture(gm, tuple(names), workload, axes, scalars)
+
+
+def _folded(gm, fakes):
+    """``gm`` with its loops over a leading axis batched (:func:`~.batch_loops.fold_batch_loops`); ``gm`` as it
+    was where the fold fails (the translator then says the graph changes with the workload)."""
+    from .batch_loops import fold_batch_loops
+
+    try:
+        return fold_batch_loops(gm, fakes)
+    except Exception:  # noqa: BLE001 - an op vmap has no batching rule for: the unrolled loop stays
+        return gm
 
 
 def _entry_point_flags(problem, module, workload, axes) -> dict:

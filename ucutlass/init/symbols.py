@@ -24,7 +24,6 @@ def symbolize(values: Mapping[str, tuple[int, ...]], consts: Mapping[str, int] |
     names = list(values)
     mul = lambda *xs: tuple(__import__("math").prod(t) for t in zip(*xs))  # noqa: E731
     cands = [(n, values[n]) for n in names]
-    singles = len(cands)
     for i, n in enumerate(names):
         for m in names[i + 1:]:
             cands.append((f"{n} * {m}", mul(values[n], values[m])))
@@ -45,6 +44,21 @@ def symbolize(values: Mapping[str, tuple[int, ...]], consts: Mapping[str, int] |
                 if o not in (n, m):
                     cands.append((f"{o} * ({n} + {m})", mul(values[o], total)))
 
+    # blocks of a constant size, last: a sequence cut into windows (L2_045's nblocks = ceil(audio_seq_len / 15),
+    # batch_size * nblocks windows, nblocks * 15 - audio_seq_len rows of padding); divisors: the const axes' values
+    scaled = [(n, values[n]) for n in names]
+    for d in sorted({v for v in (consts or {}).values() if isinstance(v, int) and v >= 2}):
+        for n in names:
+            blocks = tuple(-(-x // d) for x in values[n])
+            text = f"(({n} + {d - 1}) // {d})"
+            cands.append((text, blocks))
+            cands.append((f"({text} * {d} - {n})", tuple(b * d - x for b, x in zip(blocks, values[n]))))
+            scaled.append((text, blocks))
+            for m in names:
+                if m != n:
+                    cands.append((f"{m} * {text}", mul(values[m], blocks)))
+                    scaled.append((f"{m} * {text}", mul(values[m], blocks)))
+
     def fn(vals: tuple) -> str:
         a = vals[0]
         if len(set(vals)) == 1:
@@ -52,7 +66,7 @@ def symbolize(values: Mapping[str, tuple[int, ...]], consts: Mapping[str, int] |
         for text, c in cands:
             if c == vals:
                 return text
-        for text, c in cands[:singles]:
+        for text, c in scaled:
             if c[0] and a % c[0] == 0 and all(y * (a // c[0]) == v for y, v in zip(c, vals)):
                 return f"{a // c[0]} * {text}"
             if a and c[0] % a == 0 and all(y % (c[0] // a) == 0 and y // (c[0] // a) == v for y, v in zip(c, vals)):
