@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
-from shared_data import SHARED_SOL_EXECBENCH
+from shared_data import shrunk_problem
 
 from ucutlass.init import InitError, check_program, init_program
 from ucutlass.problem import find_problem
@@ -42,25 +42,6 @@ SHRUNK = [
     ("L2_081_moe_sparse_expert_dispatch", {"hidden_size": 128, "moe_intermediate_size": 64, "shared_intermediate": 64},
      "num_tokens", (6, 40)),
 ]
-
-
-def _shrunk(pid: str, consts: dict, axis: str | None, values: tuple, folder: Path):
-    """A copy of ``pid`` in ``folder`` with ``consts`` as its const axes and, when ``axis`` is given, workloads of
-    ``values`` for it (the problem's first workload otherwise the same)."""
-    src = SHARED_SOL_EXECBENCH / pid
-    if not src.is_dir():
-        pytest.skip(f"{pid} not found beside this clone")
-    definition = json.loads((src / "definition.json").read_text())
-    for name, value in consts.items():
-        assert definition["axes"][name]["type"] == "const", name
-        definition["axes"][name]["value"] = value
-    folder.mkdir()
-    (folder / "definition.json").write_text(json.dumps(definition))
-    rows = [json.loads(line) for line in (src / "workload.jsonl").read_text().splitlines()]
-    if axis:
-        rows = [{**rows[0], "uuid": f"{rows[0]['uuid']}-{v}", "axes": {**rows[0]["axes"], axis: v}} for v in values]
-    (folder / "workload.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return find_problem(str(folder))
 
 
 def test_a_one_hot_expert_loop_is_grouped_gemms_that_pass_emulated():
@@ -136,7 +117,7 @@ def test_a_body_that_is_not_row_wise_is_refused_by_name():
 @pytest.mark.parametrize("pid, consts, axis, values", SHRUNK, ids=[s[0].split("_")[0] + "_" + s[0].split("_")[1]
                                                                    for s in SHRUNK])
 def test_sol_execbench_moe_references_pass_emulated(pid, consts, axis, values, tmp_path):
-    problem = _shrunk(pid, consts, axis, values, tmp_path / pid)
+    problem = shrunk_problem(pid, consts, axis, values, tmp_path / pid)
     result = init_program(problem)
     assert "grouped_gemm" in result.text and result.flop_share == 1.0
     assert check_program(result.text, problem) == (True, "PASSED")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..errors import UcutError
+from .masked import MaskRefused, masked_mode
 
 
 #: The value a float scalar input without a workload value traces as (then written by its name, not a number).
@@ -210,11 +211,11 @@ def capture(problem, workload=None) -> Capture:
 
     modes: list = []
 
-    def trace(loop: bool):
+    def trace(loop: bool, masked: bool = False):
         def run(*tensors):
-            if not loop:
+            if not loop and not masked:
                 return fn(*tensors)
-            modes.append(_loop_mode())
+            modes.append(_loop_mode() if loop else masked_mode())
             with modes[-1]:
                 return fn(*tensors)
 
@@ -235,10 +236,17 @@ def capture(problem, workload=None) -> Capture:
             try:
                 gm = trace(loop=True)
             except Exception:  # noqa: BLE001 - the first failure is the one to report
-                raise e from None
+                try:  # rows of a boolean mask (a capacity-limited MoE): every row kept, the mask carried along
+                    gm = trace(loop=False, masked=True)
+                except MaskRefused:
+                    raise
+                except Exception:  # noqa: BLE001
+                    raise e from None
+                if not modes[-1].used:
+                    raise e from None
             # each True read of (ids == e).any() must guard that expert's rows (its ids == e is read by a nonzero):
             # one outside such a loop (`if (ids == pad).any(): …`) picked a branch for the data
-            if modes[-1].answered and any(
+            if getattr(modes[-1], "answered", 0) and any(
                     n.target is torch.ops.aten.eq.Scalar and not any(
                         getattr(u.target, "overloadpacket", None) is torch.ops.aten.nonzero_static for u in n.users)
                     for n in gm.graph.nodes if n.op == "call_function"):
@@ -247,7 +255,8 @@ def capture(problem, workload=None) -> Capture:
     except Exception as e:  # the reference is data; any failure is a message, never a traceback
         text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         why = ("data-dependent control flow or shapes (the reference reads tensor values)" if _data_dependent(e)
-               else "the reference does not trace on fake tensors")
+               else "data-dependent shapes (rows of a boolean mask) init cannot write with static ones"
+               if isinstance(e, MaskRefused) else "the reference does not trace on fake tensors")
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == f"<{problem.id} reference>"]
         where = f" at reference line {lines[-1]}" if lines else ""
         raise InitError(f"{problem.id}: cannot capture run(){where}: {why}: {text[:300]}") from None

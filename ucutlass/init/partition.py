@@ -21,6 +21,7 @@ from .epilogues import activation_after, find_residual
 from .experts import ExpertLoop, ExpertLoopWriter, find_expert_loop
 from .padding import k_pad, n_pad
 from .steps import TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Partition, Step, dtype_name, node_val, ref_line
+from .routing_steps import routing_step
 from .symbols import symbolize
 
 __all__ = ["KernelSpec", "Partition", "Step", "Translator", "symbolize", "TORCH_CONSTANTS", "UCUT_DTYPES"]
@@ -356,6 +357,8 @@ class Translator:
         if packet in ("zeros_like", "ones_like"):
             dtype = [f"dtype={self.fmt(kw['dtype'])}"] if kw.get("dtype") is not None else []
             return self.emit(node, f"torch.{packet}({', '.join(a + dtype)})", "torch")
+        if routing_step(self, node, packet, a):
+            return
         if packet in FUNCTIONS:
             extra = [f"{k}={self.fmt(v)}" for k, v in kw.items() if k not in ("memory_format",)]
             return self.emit(node, f"{FUNCTIONS[packet]}({', '.join(a + extra)})", "torch")

@@ -47,8 +47,11 @@ def symbolize(values: Mapping[str, tuple[int, ...]], consts: Mapping[str, int] |
     # blocks of a constant size, last: a sequence cut into windows (L2_045's nblocks = ceil(audio_seq_len / 15),
     # batch_size * nblocks windows, nblocks * 15 - audio_seq_len rows of padding); divisors: the const axes' values
     scaled = [(n, values[n]) for n in names]
-    for d in sorted({v for v in (consts or {}).values() if isinstance(v, int) and v >= 2}):
+    divisors = sorted({v for v in (consts or {}).values() if isinstance(v, int) and v >= 2})
+    for d in divisors:
         for n in names:
+            if all(x % d == 0 for x in values[n]):
+                continue  # a ceiling and a floor agree on these values: no evidence of windows
             blocks = tuple(-(-x // d) for x in values[n])
             text = f"(({n} + {d - 1}) // {d})"
             cands.append((text, blocks))
@@ -71,6 +74,12 @@ def symbolize(values: Mapping[str, tuple[int, ...]], consts: Mapping[str, int] |
                 return f"{a // c[0]} * {text}"
             if a and c[0] % a == 0 and all(y % (c[0] // a) == 0 and y // (c[0] // a) == v for y, v in zip(c, vals)):
                 return f"{text} // {c[0] // a}"
+        for text, c in cands[:len(names)]:  # a rounded-down fraction of an axis: int(tokens * top_k / experts * 1.25)
+            for d in divisors:  # k with (k * c[0]) // d == a: from ceil(a * d / c[0]) to ((a + 1) * d - 1) // c[0]
+                for k in range(-(-a * d // c[0]), min(((a + 1) * d - 1) // c[0] + 1, -(-a * d // c[0]) + 64)) \
+                        if c[0] > 0 and a > 0 else ():
+                    if all((k * y) // d == v for y, v in zip(c, vals)):
+                        return f"({k} * {text}) // {d}"
         return str(a)
 
     return fn

@@ -46,7 +46,8 @@ TORCH_FUNCTIONS: dict[str, TorchOp] = {
            "torch.nn.functional.relu", "torch.nn.functional.sigmoid", "torch.nn.functional.tanh",
            "torch.nn.functional.softplus", "torch.sigmoid", "torch.tanh", "torch.exp", "torch.log", "torch.abs",
            "torch.neg", "torch.square", "torch.pow", "torch.add", "torch.sub", "torch.mul", "torch.div",
-           "torch.maximum", "torch.minimum", "torch.clamp", "torch.where", "torch.erf", "torch.logical_not"),
+           "torch.maximum", "torch.minimum", "torch.clamp", "torch.where", "torch.erf", "torch.logical_not",
+           "torch.lt", "torch.le", "torch.gt", "torch.ge", "torch.eq", "torch.ne"),
     **_ops("torch", "rope", "torch.sin", "torch.cos", "torch.outer", "torch.polar", "torch.view_as_complex",
            "torch.view_as_real"),
     **_ops("torch", "reduce", "torch.sum", "torch.mean", "torch.amax", "torch.amin", "torch.cumsum"),
@@ -55,7 +56,8 @@ TORCH_FUNCTIONS: dict[str, TorchOp] = {
            "torch.take_along_dim", "torch.topk", "torch.argsort", "torch.sort", "torch.repeat_interleave",
            "torch.cat", "torch.stack", "torch.zeros_like", "torch.ones_like", "torch.full_like",
            # out of place, as init writes a functionalized `x[b].index_copy_(…)` / `x[:, -1] = 0`:
-           "torch.index_copy", "torch.select_scatter", "torch.slice_scatter"),
+           "torch.index_copy", "torch.select_scatter", "torch.slice_scatter",
+           "torch.index_put"),  # out of place: rows a boolean mask kept, accumulated into zeros (init/masked.py)
     **_ops("torch", "shape", "torch.nn.functional.pad", "torch.roll"),
     # grouped and depthwise convolutions (a Mamba conv1d): the conv kernel family builds groups = 1 only
     # (rule sm90.conv-groups), whose message sends a grouped conv here

@@ -1,0 +1,55 @@
+"""Torch steps for the routing ops of a MoE reference (issue 17: L2_012's capacity-limited dispatch): a stable
+sort, comparisons, and the accumulating ``index_put`` :mod:`.masked` writes for rows a boolean mask kept.
+"""
+
+from __future__ import annotations
+
+#: aten comparison → the allow-listed torch function (:data:`ucutlass.ir.torch_ops.TORCH_FUNCTIONS`).
+COMPARISONS = {"lt": "torch.lt", "le": "torch.le", "gt": "torch.gt", "ge": "torch.ge", "eq": "torch.eq",
+               "ne": "torch.ne"}
+
+
+def routing_step(tr, node, packet: str, a: list[str]) -> bool:
+    """Write ``node`` as a torch step of ``tr`` (a :class:`~.partition.Translator`) where it is one of these ops;
+    False where it is not (the caller goes on)."""
+    if packet in COMPARISONS:
+        tr.emit(node, f"{COMPARISONS[packet]}({a[0]}, {a[1]})", "torch")
+        return True
+    if packet == "sort":  # aten.sort.stable(x, *, stable, dim=-1, descending=False) → (values, indices)
+        kw = node.kwargs
+        dim = node.args[1] if len(node.args) > 1 and not isinstance(node.args[1], bool) else kw.get("dim", -1)
+        descending = kw.get("descending", node.args[2] if len(node.args) > 2 else False)
+        parts = [tr.fresh(f"{node.name}_{w}", reserve=True) for w in ("values", "indices")]
+        for i, name in enumerate(parts):
+            tr.names[(node, i)] = name
+        tr.names[node] = ", ".join(parts)
+        extra = (["descending=True"] if descending else []) + (["stable=True"] if kw.get("stable") else [])
+        tr.emit(node, f"torch.sort({', '.join([a[0], f'dim={tr.fmt(dim)}'] + extra)})", "torch")
+        return True
+    if packet == "index_put" and len(node.args) >= 3:  # out of place: torch.index_put(x, [i, j], v, accumulate)
+        idx = "[" + ", ".join("None" if i is None else tr.fmt(i) for i in node.args[1]) + "]"
+        accumulate = bool(node.args[3]) if len(node.args) > 3 else bool(node.kwargs.get("accumulate", False))
+        tr.emit(node, f"torch.index_put({a[0]}, {idx}, {a[2]}, {accumulate})", "torch")
+        return True
+    if packet == "slice_scatter" and len(node.args) >= 5 and not node.kwargs:  # `x[1:] = y`: an end of 2^63 - 1
+        from .steps import node_val
+
+        x, dim = node_val(node.args[0]), node.args[2]
+        if isinstance(node.args[4], int) and node.args[4] >= x.shape[dim]:  # … is the dim's end: left out
+            tr.emit(node, f"torch.slice_scatter({', '.join(a[:4] + a[5:])})" if len(a) <= 5 or a[5] == "1" else
+                    f"torch.slice_scatter({', '.join(a[:4])}, None, {a[5]})", "torch")
+            return True
+        return False
+    if packet == "index_add" and len(node.args) == 4 and node.kwargs.get("alpha", 1) == 1:
+        tr.emit(node, f"torch.index_add({', '.join(a)})", "torch")
+        return True
+    if packet == "copy" and len(node.args) == 2:  # functionalized `x[1:] = y`: y, cast and broadcast to x's slot
+        from .steps import node_val
+
+        dst, src = node_val(node.args[0]), node_val(node.args[1])
+        expr = a[1] if dst.dtype == src.dtype else f"{a[1]}.to({tr.fmt(dst.dtype)})"
+        if tuple(dst.shape) != tuple(src.shape):
+            expr = f"{expr}.expand({tr.fmt(list(dst.shape))})"
+        tr.emit(node, expr if expr != a[1] else f"{a[1]}.contiguous()", "torch")
+        return True
+    return False
