@@ -254,6 +254,8 @@ def capture(problem, workload=None) -> Capture:
         gm = _folded(gm, fakes)
     except Exception as e:  # the reference is data; any failure is a message, never a traceback
         text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if "_local_scalar_dense" in text:  # what the user wrote, not aten's name for it
+            text = "a tensor's value read as a Python number (.item(), int(t), a shape or a loop from it)"
         why = ("data-dependent control flow or shapes (the reference reads tensor values)" if _data_dependent(e)
                else "data-dependent shapes (rows of a boolean mask) init cannot write with static ones"
                if isinstance(e, MaskRefused) else "the reference does not trace on fake tensors")
