@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 from .. import ir
 from ..errors import did_you_mean
 from ..ir import DType, Layout, Math, Pos, RasterOrder, ReductionMode, Schedule, Target, TileScheduler
-from .ast import Atom, KernelNode, SettingNode
+from .ast import Atom, Decl, KernelNode, SettingNode
 from .vocabulary import (DTYPES, LAYOUTS, MATHS, OPERAND_DTYPES, RASTERS, REDUCTION_MODES, SCALE_DTYPES, SCHEDULERS, SCHEDULES,
                          TARGETS)
 
@@ -147,6 +147,10 @@ def schedule_converter(k: "KernelNode", rules: Mapping[Target, Any]) -> Callable
     if target not in TARGETS:
         return SETTINGS["schedule"].convert
     own = tuple(s.value for s in rules[Target(target)].SCHEDULES)
+    # the fp8 fast-accumulation schedules only where a is an fp8 operand (its dtype written as one name: f8e4m3)
+    a = [getattr(it.dtype, "text", "") for it in k.items if isinstance(it, Decl) and it.name == "a"]
+    if a and isinstance(a[0], str) and a[0] and not a[0].startswith("f8"):
+        own = tuple(s for s in own if not s.endswith("_fp8_fastaccum"))
     return _enum_converter("schedule", Schedule, SCHEDULES, f"an {target} schedule", shown=own)
 
 
