@@ -156,6 +156,10 @@ def test_a_missing_or_unreadable_file_is_one_line(capsys, tmp_path):
     assert rc == 1 and err.strip() == f"error: {tmp_path / 'nope.ucut'}: no such file"
     rc, _, err = run(capsys, "check", str(tmp_path))
     assert rc == 1 and "is a folder" in err and "Traceback" not in err
+    out_file = tmp_path / "no" / "dir" / "x.ucut"  # an output whose folder is missing: the folder is named
+    rc, _, err = run(capsys, "init", str(REPO / "tests" / "data" / "init" / "tiny_gemm"), "-o", str(out_file),
+                     "--no-check")
+    assert rc == 1 and err.strip().endswith(f"no such folder {out_file.parent} (create it first, or write elsewhere)")
     (tmp_path / "bin.ucut").write_bytes(b"\xff\xfe\x00")
     rc, _, err = run(capsys, "check", str(tmp_path / "bin.ucut"))
     assert rc == 1 and "not a text file" in err
@@ -307,7 +311,8 @@ def test_grade_picks_workloads_by_index_uuid_or_smallest(capsys):
     with pytest.raises(UcutError, match="no workload uuids .* match; give an index"):
         _pick_workload(p, "no-such-uuid")
     src = REPO / "examples/pipeline_o_proj_residual.ucut"
-    assert main(["grade", str(src), "o_proj_residual_llama3_1_8b", "--emulate", "--workload", "smallest"]) == 0
+    assert main(["grade", str(src), "o_proj_residual_llama3_1_8b", "--emulate", "--workload", "smallest",
+                 "--workload", str(small.index)]) == 0  # the same workload named twice is graded once
     out = capsys.readouterr().out
     assert '"workloads": 1, "passed": 1' in out and small.label() in out, out
     # a bad --workload is an error before anything is bound or listed (the step listing came first before)

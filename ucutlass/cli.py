@@ -564,8 +564,11 @@ def cmd_grade(args) -> int:
     if args.workloads:
         workloads = [problem.workloads[i] for i in range(min(args.workloads, len(problem.workloads)))]
     if getattr(args, "workload", None):
-        workloads = (workloads or []) + [w for w in (_pick_workload(problem, which) for which in args.workload)
-                                         if w not in (workloads or [])]
+        workloads = list(workloads or [])
+        for which in args.workload:  # each once (`--workload smallest --workload 5` may name one workload twice)
+            w = _pick_workload(problem, which)
+            if w not in workloads:
+                workloads.append(w)
     solution = _solution_for_file(args.file, problem, args)
     if args.file.endswith(".ucut") and not args.json:
         print(_precision_line(args.file))
@@ -646,6 +649,16 @@ def cmd_grade(args) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
+def _missing(e: FileNotFoundError) -> str:
+    """``PATH: no such file``, or, where the file's folder is what is missing (``-o /no/dir/x.ucut``), which
+    folder."""
+    name = e.filename or str(e)
+    parent = Path(str(name)).parent if e.filename else None
+    if parent is not None and str(parent) not in ("", ".") and not parent.exists():
+        return f"{name}: no such folder {parent} (create it first, or write elsewhere)"
+    return f"{name}: no such file"
+
+
 def _pick_workload(problem, which: str):
     """``--workload WHICH``: an index from 0, a uuid or a unique prefix of one, or ``smallest``.
 
@@ -704,7 +717,11 @@ def cmd_tune(args) -> int:
         elif args.dry_run:  # a dry run leaves nothing behind in the working folder (a temporary copy to plan from)
             import tempfile
 
+            import atexit
+            import shutil
+
             out_dir = Path(tempfile.mkdtemp(prefix="ucutlass-init-"))
+            atexit.register(shutil.rmtree, out_dir, True)  # removed when the command ends
         else:
             out_dir = Path("ucutlass-tune") / problem.id
         spec = _init_spec(problem, out_dir)
@@ -1150,8 +1167,9 @@ def _run(args) -> int:
         sys.stderr.close()
         return 0
     except FileNotFoundError as e:  # a path given on the command line (a solution, a spec, a workload file)
-        _json_error(args, UcutError(f"{e.filename or e}: no such file"))
-        print(f"error: {e.filename or e}: no such file", file=sys.stderr)
+        missing = _missing(e)
+        _json_error(args, UcutError(missing))
+        print(f"error: {missing}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         if args.command == "tune":
