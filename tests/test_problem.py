@@ -367,6 +367,9 @@ def test_an_id_s_start_names_the_one_problem_it_starts(tmp_path, monkeypatch):
     assert find_problem("L1_048", extra=[tmp_path]).id == "L1_048_gate_up"
     with pytest.raises(ProblemError, match=r"'L1' is the start of 3 ids: L1_048_gate_up, L1_049_other, L1_050_qkv"):
         find_problem("L1", extra=[tmp_path])
+    # a number that is not there: the ids of that level with the nearest numbers come first
+    with pytest.raises(ProblemError, match=r"did you mean L1_050_qkv, L1_049_other, L1_048_gate_up"):
+        find_problem("L1_52", extra=[tmp_path])
 
 
 def test_malformed_definition_names_file_and_line(tmp_path):

@@ -465,7 +465,15 @@ def find_problem(id_or_path: str | os.PathLike, extra: Sequence[str | os.PathLik
     if len(prefixed) > 1:
         raise ProblemError(f"problem {str(id_or_path)!r} is the start of {len(prefixed)} ids: "
                            f"{', '.join(i for i, _ in prefixed[:10])}; give the whole id")
-    close = difflib.get_close_matches(str(id_or_path), ids, n=5, cutoff=0.3)
+    # a SOL-ExecBench number that is not there (`L2_46`): the ids of that level with the nearest numbers first
+    import re
+
+    typed = re.fullmatch(r"([A-Za-z0-9-]+)_(\d+)", str(id_or_path))
+    numbered = [(abs(int(m.group(2)) - int(typed.group(2))), i) for i in ids if typed and
+                (m := re.match(r"([A-Za-z0-9-]+)_(\d+)_", i)) and m.group(1).lower() == typed.group(1).lower()]
+    close = [i for _, i in sorted(numbered)[:3]]
+    close = (close + [i for i in difflib.get_close_matches(str(id_or_path), ids, n=5, cutoff=0.3)
+                      if i not in close])[:5]
     searched = ", ".join(str(d) + ("" if d.is_dir() else " (does not exist)") for d in problem_dirs(extra))
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known ids: {', '.join(ids) or 'none'}"
     raise ProblemError(f"no problem {str(id_or_path)!r} (searched {searched}; add folders with --problems DIR "
