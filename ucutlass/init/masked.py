@@ -89,7 +89,7 @@ def masked_mode():
                 out = aten.alias.default(args[0])
                 self.mask[out] = args[1][0]
                 return out
-            m = self._one_mask((args, kwargs), f"{name}")
+            m = self._one_mask((args, tuple(kwargs.values())), name)
             if m is None or getattr(func, "namespace", "aten") != "aten":  # prim.device: metadata, no rows read
                 out = func(*args, **kwargs)
                 if name in ("zeros", "zeros_like", "new_zeros"):
