@@ -11,7 +11,6 @@ Usage: python scripts/init_table.py [--problems DIR] [--all] [--max-mb 256] [-o 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
@@ -25,10 +24,8 @@ MUST_SHOW = ["FlashInfer-Bench_004", "FlashInfer-Bench_006", "FlashInfer-Bench_0
 
 def _row(folder: Path, max_mb: float, out_dir: Path | None) -> str:
     from ucutlass.init import InitError, check_program, init_program
-    from ucutlass.init.capture import smallest_workload
-    from ucutlass.problem import find_problem, torch_dtype
-
-    import torch
+    from ucutlass.init.program import input_mib
+    from ucutlass.problem import find_problem
 
     try:
         problem = find_problem(str(folder))
@@ -43,11 +40,9 @@ def _row(folder: Path, max_mb: float, out_dir: Path | None) -> str:
     kinds = {k: sum(1 for s in part.steps if s.kind == k) for k in ("kernel", "torch", "view")}
     if out_dir is not None:
         (out_dir / f"{problem.id}.ucut").write_text(result.text)
-    w = smallest_workload(problem)
-    nbytes = sum(math.prod(s) * torch.empty((), dtype=torch_dtype(problem.inputs[n].dtype)).element_size()
-                 for n, s in problem.input_shapes(w).items() if s is not None)
-    if nbytes > max_mb * 2**20:
-        grade = f"not run (too large for CPU: {nbytes / 2**20:.0f} MiB of inputs)"
+    mib = input_mib(problem)
+    if mib > max_mb:
+        grade = f"not run (too large for CPU: {mib:.0f} MiB of inputs)"
     else:
         passed, why = check_program(result.text, problem, f"{problem.id}.ucut", timeout_s=300)
         grade = why.replace("|", "/").replace("\n", " ")

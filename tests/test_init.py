@@ -314,3 +314,19 @@ def test_a_dense_conv_is_named_for_a_conv_kernel():
     with pytest.raises(InitError, match=r"aten\.convolution \(reference line 5\): a dense or transposed convolution: "
                                         r"write it as a `conv` kernel"):
         init_program(problem("tiny_dense_conv"))
+
+
+def test_init_says_where_the_check_cannot_run_here(tmp_path, capsys, monkeypatch):
+    """A problem whose smallest workload's inputs exceed a quarter of this machine's memory (L2_012's: 14 GB) is
+    written and not graded on a CPU: init says so and how to grade it on a GPU (it had failed making the inputs)."""
+    import os
+    import sys
+
+    from ucutlass.init import run_init
+
+    real = os.sysconf
+    monkeypatch.setattr(os, "sysconf", lambda k: 1 if k == "SC_PHYS_PAGES" else real(k))  # one page of memory
+    out = tmp_path / "p.ucut"
+    assert run_init(problem("tiny_gemm"), str(out), out=sys.stderr) == 0 and out.exists()
+    assert f"not run here: its inputs are 0 MiB, more than a quarter of this machine's 0 GiB; grade it on a GPU: " \
+           f"ucutlass grade {out} tiny_gemm --emulate" in capsys.readouterr().err

@@ -57,3 +57,4 @@ def test_a_rounded_down_fraction_of_an_axis_is_written_from_it():
     """int(tokens * top_k / experts * 1.25) at 6, 40, 101 tokens (4 of 16 experts): 1, 12, 31."""
     sym = symbolize({"num_tokens": (6, 40, 101)}, {"num_experts": 16, "top_k": 4})
     assert sym((1, 12, 31)) == "(5 * num_tokens) // 16"
+

@@ -115,6 +115,39 @@ def check_program(text: str, problem, file: str = "init.ucut", timeout_s: float 
     return False, f"{getattr(r.status, 'value', r.status)}: {(r.reason or '')[:300]}"
 
 
+def input_mib(problem) -> float:
+    """MiB of the smallest workload's tensor inputs (what :func:`check_program` makes before it grades)."""
+    import math
+
+    import torch
+
+    from ..problem import torch_dtype
+
+    w = smallest_workload(problem)
+    return sum(math.prod(s) * torch.empty((), dtype=torch_dtype(problem.inputs[n].dtype)).element_size()
+               for n, s in problem.input_shapes(w).items() if s is not None) / 2**20
+
+
+def check_too_large(problem, file: str = "FILE") -> str | None:
+    """Why the emulated check cannot run on this machine (no GPU, and the smallest workload's inputs, the
+    reference's float64 ground truth beside them, would take more than a quarter of its memory), or None."""
+    import os
+
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    except (ValueError, OSError, AttributeError):
+        return None
+    mib = input_mib(problem)
+    if mib <= memory / 4:
+        return None
+    return (f"its inputs are {mib:.0f} MiB, more than a quarter of this machine's {memory / 1024:.0f} GiB; grade "
+            f"it on a GPU: ucutlass grade {file} {problem.id} --emulate")
+
+
 def run_init(problem, output: str | None = None, check: bool = True, out=None) -> int:
     """The ``init`` command: write the program (to ``output`` or stdout), then check it. Returns the exit code
     (0 passed, 1 not written or the check failed)."""
@@ -133,6 +166,10 @@ def run_init(problem, output: str | None = None, check: bool = True, out=None) -
         print(result.text, end="")
         print(result.summary(), file=out)
     if not check:
+        return 0
+    too_large = check_too_large(problem, output or "FILE")
+    if too_large:
+        print(f"emulated grade on the smallest workload: not run here: {too_large}", file=out)
         return 0
     passed, why = check_program(result.text, problem, output or "init.ucut")
     print(f"emulated grade on the smallest workload: {why}", file=out)
