@@ -330,3 +330,17 @@ def test_init_says_where_the_check_cannot_run_here(tmp_path, capsys, monkeypatch
     assert run_init(problem("tiny_gemm"), str(out), out=sys.stderr) == 0 and out.exists()
     assert f"not run here: its inputs are 0 MiB, more than a quarter of this machine's 0 GiB; grade it on a GPU: " \
            f"ucutlass grade {out} tiny_gemm --emulate" in capsys.readouterr().err
+
+
+def test_a_grader_that_fails_is_the_check_s_message_not_a_traceback(monkeypatch):
+    """On an H100, the emulated grade of L2_012 ran the GPU out of memory making its ground truth: the grader's
+    error is init's check result (scripts/init_table.py had ended in a traceback)."""
+    from ucutlass.grader import supervised
+    from ucutlass.grader.errors import GraderError
+
+    def fail(*args, **kwargs):
+        raise GraderError("the grader failed: OutOfMemoryError: CUDA out of memory.\nmore")
+
+    monkeypatch.setattr(supervised, "grade_in_child", fail)
+    p = problem("tiny_gemm")
+    assert check_program(init_program(p).text, p) == (False, "the grader failed: OutOfMemoryError: CUDA out of memory.")
