@@ -18,6 +18,9 @@ and traces the graph again with the chain replaced by ``torch.func.vmap`` of the
 batched ops torch's own batching rules give (``index_copy`` of a row becomes one ``scatter`` on dim 1). Row ``b``
 of the result is the body on row ``b``, which is what the chain left in row ``b``. Anything else is left as it
 was (and ``init`` then says the graph changes with the workload).
+
+``torch.stack([f(x[b]) for b in range(x.shape[0])])`` is the same loop with its rows stacked: a ``stack`` on dim 0
+whose values are iterations over every row of their sources.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ class BatchLoop:
     Attributes:
         chain: the ``select_scatter`` nodes, row 0 first; ``base``: the tensor whose rows they write (``A``); for
             a ``stack``: [the stack node] and None.
-        body: the first iteration's nodes in graph order (its result is ``chain[0].args[1]``).
+        body: the first iteration's nodes in graph order (its result is ``value``).
         rows: the first iteration's ``select(T, 0, 0)`` leaves → ``T`` (``base`` for the accumulator's row).
         region: every node of every iteration and the chain (replaced by the batched computation).
         value: the first iteration's result (row 0 of the loop's result).

@@ -1,5 +1,7 @@
 """Torch steps for the routing ops of a MoE reference (issue 17: L2_012's capacity-limited dispatch): a stable
-sort, comparisons, and the accumulating ``index_put`` :mod:`.masked` writes for rows a boolean mask kept.
+sort, comparisons, the accumulating ``index_put`` :mod:`.masked` writes for rows a boolean mask kept,
+``index_add``, and the functionalized ``starts[1:] = counts[:-1].cumsum(0)`` (a ``copy`` into a ``slice_scatter``
+whose end is 2^63 - 1, "to the end").
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ def routing_step(tr, node, packet: str, a: list[str]) -> bool:
 
         x, dim = node_val(node.args[0]), node.args[2]
         if isinstance(node.args[4], int) and node.args[4] >= x.shape[dim]:  # … is the dim's end: left out
-            tr.emit(node, f"torch.slice_scatter({', '.join(a[:4] + a[5:])})" if len(a) <= 5 or a[5] == "1" else
-                    f"torch.slice_scatter({', '.join(a[:4])}, None, {a[5]})", "torch")
+            step = [] if len(a) <= 5 or a[5] == "1" else ["None", a[5]]  # (x, src, dim, start, end, step)
+            tr.emit(node, f"torch.slice_scatter({', '.join(a[:4] + step)})", "torch")
             return True
         return False
     if packet == "index_add" and len(node.args) == 4 and node.kwargs.get("alpha", 1) == 1:
@@ -48,8 +50,9 @@ def routing_step(tr, node, packet: str, a: list[str]) -> bool:
 
         dst, src = node_val(node.args[0]), node_val(node.args[1])
         expr = a[1] if dst.dtype == src.dtype else f"{a[1]}.to({tr.fmt(dst.dtype)})"
-        if tuple(dst.shape) != tuple(src.shape):
-            expr = f"{expr}.expand({tr.fmt(list(dst.shape))})"
+        if tuple(dst.shape) != tuple(src.shape):  # the slot's shape, written from the axes like a view's
+            others = [list(node_val(o.args[0]).shape) for o in tr.pairs.get(node, [])]
+            expr = f"{expr}.expand({tr.fmt(list(dst.shape), others)})"
         tr.emit(node, expr if expr != a[1] else f"{a[1]}.contiguous()", "torch")
         return True
     return False
