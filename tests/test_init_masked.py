@@ -58,3 +58,32 @@ def test_a_rounded_down_fraction_of_an_axis_is_written_from_it():
     sym = symbolize({"num_tokens": (6, 40, 101)}, {"num_experts": 16, "top_k": 4})
     assert sym((1, 12, 31)) == "(5 * num_tokens) // 16"
 
+
+
+
+def test_the_mode_computes_what_the_reference_computes_on_real_tensors():
+    """The rewrites on real tensors (the mode runs on any tensors): a boolean-mask index, a gather by kept rows, an
+    index_put of one value (a dropped row writes 0 at row 0, accumulated), an index_add of kept rows, a bincount;
+    a sum over kept rows is refused by name."""
+    import torch
+
+    from ucutlass.init.masked import MaskRefused, masked_mode
+
+    def ref(x, keep, idx):
+        y = torch.zeros(8, 4)
+        y[idx[keep]] = 1.0
+        out = torch.zeros(8, 4).index_add_(0, idx[keep], x[keep] * 2 + x[idx[keep] % 6])
+        return y + out + torch.bincount(idx, minlength=8).float()[:, None]
+
+    def summed(x, keep, idx):
+        return x[keep].sum(0)
+
+    x, idx = torch.randn(6, 4), torch.tensor([3, 0, 5, 7, 2, 1])
+    for keep in ([1, 0, 1, 1, 0, 1], [0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0]):
+        keep = torch.tensor(keep, dtype=torch.bool)
+        with masked_mode():
+            got = ref(x, keep, idx)
+            assert x[keep].shape == (6, 4)  # every row kept (the mask carried along), whatever the mask says
+        assert torch.equal(got, ref(x, keep, idx)), keep
+        with pytest.raises(MaskRefused, match="sum reads rows a boolean mask kept"), masked_mode():
+            summed(x, keep, idx)

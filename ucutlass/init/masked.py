@@ -113,14 +113,17 @@ def masked_mode():
                 if not accumulate and target not in self.zeros:
                     raise MaskRefused("rows a boolean mask kept are written into a tensor that is not fresh zeros")
                 idx = [None if i is None else aten.mul.Tensor(i, m) for i in idx]
-                values = self._where(m, values) if values in self.mask else values
+                if values not in self.mask:  # one value for every kept row (`y[rows] = 1`): 0 for a dropped one
+                    values = aten.expand.default(values, [m.shape[0]] + list(target.shape[len(idx):]))
+                values = self._where(m, values)
                 out = func(target, idx, values, True)
                 self.zeros.pop(target, None)
                 return out
             if name in ("index_add", "index_add_"):
                 target, dim, index, src = args[:4]
-                if dim != 0 or target in self.mask:
-                    raise MaskRefused("an index_add of rows a boolean mask kept on a dim other than 0")
+                if dim != 0 or target in self.mask or (index in self.mask) != (src in self.mask):
+                    raise MaskRefused("an index_add of rows a boolean mask kept on a dim other than 0, or with "
+                                      "an index or a source of other rows")
                 index = aten.mul.Tensor(index, m) if index in self.mask else index
                 src = self._where(m, src) if src in self.mask else src
                 return func(target, dim, index, src, *args[4:], **kwargs)
