@@ -251,6 +251,13 @@ class Translator:
             self.reserved.add(out)
         return out
 
+    def parts(self, node, labels) -> None:
+        """Names for each part of a tuple result (``topk_values, topk_indices = …``): ``(node, i)`` → part i."""
+        parts = [self.fresh(f"{node.name}_{w}", reserve=True) for w in labels]
+        for i, name in enumerate(parts):
+            self.names[(node, i)] = name
+        self.names[node] = ", ".join(parts)
+
     def emit(self, node, expr: str, kind: str) -> None:
         self.steps.append(Step(self.names[node], expr, kind, ref_line(node, self.problem.id)))
 
@@ -263,18 +270,12 @@ class Translator:
         if packet in MATMUL:
             return self.matmul(node, packet)
         if packet == "topk":  # (values, indices)
-            parts = [self.fresh(f"{node.name}_{w}", reserve=True) for w in ("values", "indices")]
-            for i, name in enumerate(parts):
-                self.names[(node, i)] = name
-            self.names[node] = ", ".join(parts)
+            self.parts(node, ("values", "indices"))
             k, dim, largest, ordered = (list(node.args[1:]) + [-1, True, True][len(node.args) - 2:])[:4]
             extra = ([] if largest else ["largest=False"]) + ([] if ordered else ["sorted=False"])
             return self.emit(node, f"torch.topk({', '.join([a[0], a[1], self.fmt(dim)] + extra)})", "torch")
         if packet in ("split", "split_with_sizes", "unbind"):
-            parts = [self.fresh(f"{node.name}_{i}", reserve=True) for i in range(len(node_val(node)))]
-            for i, name in enumerate(parts):
-                self.names[(node, i)] = name
-            self.names[node] = ", ".join(parts)
+            self.parts(node, range(len(node_val(node))))
             method = "unbind" if packet == "unbind" else "split"
             return self.emit(node, f"{a[0]}.{method}({', '.join(a[1:])})", "view")
         if op == "getitem" and isinstance(x, type(node)) and (x, node.args[1]) in self.names:

@@ -21,10 +21,7 @@ def routing_step(tr, node, packet: str, a: list[str]) -> bool:
         kw = node.kwargs
         dim = node.args[1] if len(node.args) > 1 and not isinstance(node.args[1], bool) else kw.get("dim", -1)
         descending = kw.get("descending", node.args[2] if len(node.args) > 2 else False)
-        parts = [tr.fresh(f"{node.name}_{w}", reserve=True) for w in ("values", "indices")]
-        for i, name in enumerate(parts):
-            tr.names[(node, i)] = name
-        tr.names[node] = ", ".join(parts)
+        tr.parts(node, ("values", "indices"))
         extra = (["descending=True"] if descending else []) + (["stable=True"] if kw.get("stable") else [])
         tr.emit(node, f"torch.sort({', '.join([a[0], f'dim={tr.fmt(dim)}'] + extra)})", "torch")
         return True
