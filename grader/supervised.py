@@ -23,14 +23,15 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _child(conn, problem: Problem, solution: SolutionRef, uuids: list[str], t_sol_ms, kwargs: dict) -> None:
+def _child(conn, problem: Problem, solution: SolutionRef, uuids: list[str], t_sol_ms, timed: bool,
+           kwargs: dict) -> None:
     from .grader import Grader
 
     signal.signal(signal.SIGTERM, _interrupt)  # terminate(): close the grader (workers, scratch) on the way out
     try:
         with Grader(problem, t_sol_ms=t_sol_ms, **kwargs) as g:
             g.progress = lambda ev: conn.send(("result", ev["result"]))
-            g.grade(solution, uuids)
+            g.grade(solution, uuids, timed=timed)
             conn.send(("environment", g.environment()))
         conn.send(("done", None))
     except GraderError as e:
@@ -56,7 +57,7 @@ def _ended(code: int | None) -> str:
 
 def grade_in_child(problem: Problem, solution: SolutionRef, workloads: Sequence[Workload] | None = None, *,
                    t_sol_ms: Callable[[Workload], float | None] | None = None,
-                   on_result: Callable[[WorkloadResult], Any] | None = None,
+                   on_result: Callable[[WorkloadResult], Any] | None = None, timed: bool = True,
                    **grader_kwargs: Any) -> list[WorkloadResult]:
     """Grade ``solution`` on ``workloads`` (default all) in a spawned child process.
 
@@ -64,6 +65,9 @@ def grade_in_child(problem: Problem, solution: SolutionRef, workloads: Sequence[
         t_sol_ms: as :class:`~ucutlass.grader.Grader`'s; it must be picklable (a module-level function or
             an instance of a module-level class), since it is sent to the child.
         on_result: called in this process with each result as the child writes it.
+        timed: also time passing workloads (:meth:`~ucutlass.grader.Grader.grade`'s ``timed``). Off, a grade
+            checks correctness only and never makes the timing's input copies (up to three per input set: a
+            14 GB workload needs them on top of the correctness trial's two).
         grader_kwargs: the :class:`~ucutlass.grader.Grader`'s other keyword arguments.
 
     Returns:
@@ -80,7 +84,7 @@ def grade_in_child(problem: Problem, solution: SolutionRef, workloads: Sequence[
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, name="ucutlass-grade", daemon=False,
-                       args=(send, problem, solution, [w.uuid for w in wls], t_sol_ms, dict(grader_kwargs)))
+                       args=(send, problem, solution, [w.uuid for w in wls], t_sol_ms, timed, dict(grader_kwargs)))
     proc.start()
     send.close()
     got: dict[str, WorkloadResult] = {}

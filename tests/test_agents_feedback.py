@@ -117,6 +117,13 @@ def test_grade_emulated_documents(capsys, files):
     assert rc == 0 and validate(doc)["ok"] and doc["emulated"] and doc["summary"]["passed"] == 1
     record = doc["records"][0]
     assert record["evaluation"]["status"] == "PASSED" and record["evaluation"]["performance"]["latency_ms"] > 0
+    # --no-timing: checked, never timed (no timing copies of a large workload's inputs)
+    rc, doc = run_json(capsys, "grade", files["good"], PROBLEM, "--emulate", "--workloads", "1", "--no-timing")
+    record = validate(doc)["records"][0]
+    assert rc == 0 and record["evaluation"]["status"] == "PASSED" and record["evaluation"]["correctness"]["trials"] >= 1
+    assert not record["evaluation"].get("performance")
+    rc, doc = run_json(capsys, "grade", files["wrong"], PROBLEM, "--emulate", "--workloads", "1", "--no-timing")
+    assert rc == 1 and doc["records"][0]["evaluation"]["status"] == "INCORRECT_NUMERICAL"
     rc, doc = run_json(capsys, "grade", files["wrong"], PROBLEM, "--emulate", "--workloads", "1")
     assert rc == 1 and validate(doc)["ok"] is False
     assert doc["records"][0]["evaluation"]["status"] == "INCORRECT_NUMERICAL"

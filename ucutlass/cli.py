@@ -575,7 +575,10 @@ def cmd_grade(args) -> int:
     import torch
 
     t_sol = None
-    if getattr(args, "emulate", False):
+    timed = not getattr(args, "no_timing", False)
+    if not timed:
+        print("note: --no-timing: correctness only (no latency, speedup or SOL score)", file=sys.stderr)
+    elif getattr(args, "emulate", False):
         print("note: emulated: correctness is the program's meaning; times are of torch ops, so no speedup, "
               "T_SOL or SOL score is given", file=sys.stderr)
     elif not torch.cuda.is_available():
@@ -610,7 +613,7 @@ def cmd_grade(args) -> int:
 
     try:
         results = grade_in_child(problem, solution, workloads, t_sol_ms=t_sol, timeout_s=args.timeout,
-                                 on_result=progress)
+                                 on_result=progress, timed=timed)
     except KeyboardInterrupt:  # Ctrl-C or a time limit's SIGINT: the workloads graded so far are kept
         if graded_so_far:
             if args.output:
@@ -994,6 +997,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate", action="store_true",
                    help="grade a .ucut program's meaning: its kernels run as torch ops from the IR, on the CPU or "
                         "a GPU, with no nvcc (times are torch's: no SOL score is meaningful)")
+    p.add_argument("--no-timing", action="store_true",
+                   help="check correctness only: no timed calls, so none of the timing's input copies (up to three "
+                        "per input set) are made; for a workload whose inputs fill most of the memory, or an "
+                        "emulated grade, whose times are torch's anyway")
     p.add_argument("--gpu", default="local", help="hardware spec for T_SOL (default: this GPU)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="deadline of each request: loading the solution, one call, and each run of the problem's "

@@ -108,7 +108,9 @@ def check_program(text: str, problem, file: str = "init.ucut", timeout_s: float 
     except UcutError as e:
         return False, f"the program does not bind to {problem.id}: {e}"
     try:
-        results = grade_in_child(problem, solution, [smallest_workload(problem)], timeout_s=timeout_s)
+        # Untimed: an emulated time says nothing of a kernel, and the timing's input copies would triple the
+        # memory a large workload needs (L2_012's 14 GB of inputs ran an 80 GB GPU out of memory timed).
+        results = grade_in_child(problem, solution, [smallest_workload(problem)], timeout_s=timeout_s, timed=False)
     except UcutError as e:  # the grader itself failed (out of GPU memory making 14 GB of inputs' ground truth)
         return False, str(e).splitlines()[0][:400]
     bad = [r for r in results if not r.passed]
@@ -148,7 +150,7 @@ def check_too_large(problem, file: str = "FILE") -> str | None:
     if mib <= memory / 4:
         return None
     return (f"its inputs are {mib:.0f} MiB, more than a quarter of this machine's {memory / 1024:.0f} GiB; grade "
-            f"it on a GPU: ucutlass grade {file} {problem.id} --emulate")
+            f"it on a GPU: ucutlass grade {file} {problem.id} --emulate --no-timing --workload smallest")
 
 
 def run_init(problem, output: str | None = None, check: bool = True, out=None) -> int:
