@@ -3,7 +3,9 @@
 The reference runs once under ``make_fx`` (``torch.fx.experimental.proxy_tensor``) on *fake* tensors
 (``FakeTensorMode``): no memory is allocated and no value is computed, so a problem of any size is captured on a
 small CPU. Every shape in a graph is concrete at its workload; captures at other workloads
-(:func:`other_workloads`) tell which integers follow which axis.
+(:func:`other_workloads`) tell which integers follow which axis. A reference that reads values on the host is
+captured again: a per-expert loop (``nonzero``, :func:`_loop_mode`), pieces cut by numbers an integer input holds
+(``.item()``, :mod:`.segment_loops`), rows a boolean mask keeps (:mod:`.masked`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, Mapping
 
 from ..errors import UcutError
 from .masked import MaskRefused, masked_mode
+from .segment_loops import SegmentMode, SegmentRefused, integer_inputs
 
 
 #: The value a float scalar input without a workload value traces as (then written by its name, not a number).
@@ -211,10 +214,14 @@ def capture(problem, workload=None) -> Capture:
 
     modes: list = []
 
-    def trace(loop: bool, masked: bool = False):
+    def trace(loop: bool, masked: bool = False, segments: dict | None = None):
         def run(*tensors):
-            if not loop and not masked:
+            if not loop and not masked and segments is None:
                 return fn(*tensors)
+            if segments is not None:  # the integer inputs' fakes are this trace's: paired with their values here
+                modes.append(SegmentMode({n: (tensors[names.index(n)], v) for n, v in segments.items()}))
+                with modes[-1].mode():
+                    return fn(*tensors)
             modes.append(_loop_mode() if loop else masked_mode())
             with modes[-1]:
                 return fn(*tensors)
@@ -233,17 +240,20 @@ def capture(problem, workload=None) -> Capture:
         except Exception as e:  # noqa: BLE001 - a data-dependent loop: traced again with static rows per expert
             if not _data_dependent(e):
                 raise
-            try:
-                gm = trace(loop=True)
-            except Exception:  # noqa: BLE001 - the first failure is the one to report
-                try:  # rows of a boolean mask (a capacity-limited MoE): every row kept, the mask carried along
-                    gm = trace(loop=False, masked=True)
-                except MaskRefused:
-                    raise
-                except Exception:  # noqa: BLE001
-                    raise e from None
-                if not modes[-1].used:
-                    raise e from None
+            # `.item()` of an integer input's rows sizing pieces of a tensor: the loop as one gather
+            gm = _segments(trace, modes, problem, workload, names) if "_local_scalar_dense" in str(e) else None
+            if gm is None:
+                try:
+                    gm = trace(loop=True)
+                except Exception:  # noqa: BLE001 - the first failure is the one to report
+                    try:  # rows of a boolean mask (a capacity-limited MoE): every row kept, the mask carried along
+                        gm = trace(loop=False, masked=True)
+                    except MaskRefused:
+                        raise
+                    except Exception:  # noqa: BLE001
+                        raise e from None
+                    if not modes[-1].used:
+                        raise e from None
             # each True read of (ids == e).any() must guard that expert's rows (its ids == e is read by a nonzero):
             # one outside such a loop (`if (ids == pad).any(): …`) picked a branch for the data
             if getattr(modes[-1], "answered", 0) and any(
@@ -263,6 +273,27 @@ def capture(problem, workload=None) -> Capture:
         where = f" at reference line {lines[-1]}" if lines else ""
         raise InitError(f"{problem.id}: cannot capture run(){where}: {why}: {text[:300]}") from None
     return Capture(gm, tuple(names), workload, axes, scalars)
+
+
+def _segments(trace, modes, problem, workload, names):
+    """The capture with :class:`~.segment_loops.SegmentMode` answering ``.item()`` of the integer inputs with
+    their values at ``workload`` (made on the CPU), dead ops removed; None where that does not apply or is
+    refused (the caller goes on and reports the first failure)."""
+    values = integer_inputs(problem, workload, names)
+    if not values:
+        return None
+    try:
+        gm = trace(loop=False, segments=values)
+        modes[-1].check()  # out of the capture: the gather on the real values against the reference's order
+    except SegmentRefused:
+        return None
+    except Exception as e:  # noqa: BLE001 - the reference read a value the mode does not answer
+        if _data_dependent(e):
+            return None
+        raise
+    gm.graph.eliminate_dead_code()  # the unrolled loop's slices and views: the gather replaced them
+    gm.recompile()
+    return gm
 
 
 def _folded(gm, fakes):

@@ -39,7 +39,7 @@ FUNCTIONS = {"relu": "F.relu", "silu": "F.silu", "sigmoid": "torch.sigmoid", "ta
              "maximum": "torch.maximum", "minimum": "torch.minimum", "where": "torch.where",
              "clamp": "torch.clamp", "pow": "torch.pow", "square": "torch.square", "cat": "torch.cat",
              "stack": "torch.stack", "mean": "torch.mean", "sum": "torch.sum", "amax": "torch.amax",
-             "amin": "torch.amin", "cumsum": "torch.cumsum", "gather": "torch.gather",
+             "amin": "torch.amin", "cumsum": "torch.cumsum", "gather": "torch.gather", "var": "torch.var",
              "index_select": "torch.index_select", "softplus": "F.softplus",
              "triu": "torch.triu", "tril": "torch.tril", "roll": "torch.roll", "index_copy": "torch.index_copy",
              "select_scatter": "torch.select_scatter", "slice_scatter": "torch.slice_scatter",

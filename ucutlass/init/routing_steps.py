@@ -1,7 +1,7 @@
 """Torch steps for the routing ops of a MoE reference (issue 17: L2_012's capacity-limited dispatch): a stable
 sort, comparisons, the accumulating ``index_put`` :mod:`.masked` writes for rows a boolean mask kept,
-``index_add``, and the functionalized ``starts[1:] = counts[:-1].cumsum(0)`` (a ``copy`` into a ``slice_scatter``
-whose end is 2^63 - 1, "to the end").
+``index_add``, ``repeat_interleave`` with an output size (:mod:`.segment_loops`), and the functionalized
+``starts[1:] = counts[:-1].cumsum(0)`` (a ``copy`` into a ``slice_scatter`` whose end is 2^63 - 1, "to the end").
 """
 
 from __future__ import annotations
@@ -39,6 +39,20 @@ def routing_step(tr, node, packet: str, a: list[str]) -> bool:
             tr.emit(node, f"torch.slice_scatter({', '.join(a[:4] + step)})", "torch")
             return True
         return False
+    if packet == "repeat_interleave" and len(node.args) == 1 and set(node.kwargs) <= {"output_size"}:
+        # a segment loop's row → piece map (init/segment_loops.py): its size written from the axes like a view's,
+        # as the output's rows times the rows in each where the fold says so (``segment_rows``)
+        size = node.kwargs.get("output_size")
+        hint = (node.meta.get("custom") or {}).get("segment_rows")
+        others = [o.kwargs.get("output_size") for o in tr.pairs.get(node, [])]
+        if hint and size is not None:
+            rows = [(o.meta.get("custom") or {}).get("segment_rows", [None])[0] for o in tr.pairs.get(node, [])]
+            size = tr.fmt(hint[0], rows) + (f" * {hint[1]}" if hint[1] != 1 else "")
+        elif size is not None:
+            size = tr.fmt(size, others)
+        extra = [f"output_size={size}"] if size is not None else []
+        tr.emit(node, f"torch.repeat_interleave({', '.join(a + extra)})", "torch")
+        return True
     if packet == "index_add" and len(node.args) == 4 and node.kwargs.get("alpha", 1) == 1:
         tr.emit(node, f"torch.index_add({', '.join(a)})", "torch")
         return True

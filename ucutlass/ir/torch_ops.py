@@ -50,7 +50,7 @@ TORCH_FUNCTIONS: dict[str, TorchOp] = {
            "torch.lt", "torch.le", "torch.gt", "torch.ge", "torch.eq", "torch.ne"),
     **_ops("torch", "rope", "torch.sin", "torch.cos", "torch.outer", "torch.polar", "torch.view_as_complex",
            "torch.view_as_real"),
-    **_ops("torch", "reduce", "torch.sum", "torch.mean", "torch.amax", "torch.amin", "torch.cumsum"),
+    **_ops("torch", "reduce", "torch.sum", "torch.mean", "torch.amax", "torch.amin", "torch.cumsum", "torch.var"),
     **_ops("torch", "routing", "torch.gather", "torch.index_select", "torch.index_add", "torch.scatter_add",
            "torch.scatter",  # a group mask from top-k group indices (DeepSeek's group-limited routing)
            "torch.take_along_dim", "torch.topk", "torch.argsort", "torch.sort", "torch.repeat_interleave",
