@@ -86,3 +86,17 @@ def test_init_on_l1_020_from_the_command_line(tmp_path, capsys):
     out = tmp_path / "l1_020.ucut"
     assert main(["init", str(SHARED_SOL_EXECBENCH / L1_020), "-o", str(out), "--no-check"]) == 0
     assert "2 kernel(s)" in capsys.readouterr().err and out.read_text().count("kernel gemm") == 2
+
+
+def test_grade_lists_only_the_kernel_steps_of_a_long_pipeline(tmp_path, capsys):
+    """tiny_segments' program has 49 steps: grade lists the kernel call and says where the rest are listed."""
+    from ucutlass.cli import main
+
+    problem = str(DATA / "tiny_segments")
+    out = tmp_path / "segments.ucut"
+    out.write_text(init_program(find_problem(problem)).text)
+    assert main(["grade", str(out), problem, "--emulate", "--no-timing", "--workload", "1"]) == 0
+    err = capsys.readouterr().err
+    listing = err.split("steps):\n", 1)[1].split("emulating pipeline", 1)[0].splitlines()
+    assert len(listing) == 3 and "= gemm0(" in listing[0] and listing[1] == "  return output"
+    assert f"`ucutlass check {out} --problem tiny_segments` lists all" in listing[2]

@@ -335,12 +335,15 @@ class PipelineBinding:
                 if part is not None:
                     self._runs_of(part, tensors, runs)
 
-    def describe(self, emulated: bool = False, width: int = 110) -> list[str]:
+    def describe(self, emulated: bool = False, width: int = 110, kernels_only: bool = False) -> list[str]:
         """One line per step: what runs (kernel, torch step, view) and, for a kernel, its bound configuration, or
         ``emulated`` (torch ops from its IR: no configuration runs). A step longer than ``width`` characters puts
-        what runs on a line of its own below it."""
+        what runs on a line of its own below it. ``kernels_only``: the steps that call a kernel (numbered as
+        among all)."""
         lines = []
         for i, step in enumerate(self.steps()):
+            if kernels_only and not any(r["kind"] == "kernel" for r in step["runs"]):
+                continue
             words = {"torch": "torch step", "view": "view", "value": "value"}
             kinds = [(f"kernel {r['name']} ({r['family']}, emulated)" if emulated else
                       f"kernel {r['name']} ({r['family']}: {r['config']})") if r["kind"] == "kernel" else
