@@ -108,7 +108,7 @@ class PipelinePlan:
                  f"({len(self.binding.pipeline.steps)} step{'s' if len(self.binding.pipeline.steps) != 1 else ''}), "
                  f"{len(self.kernels)} kernel"
                  f"{'s' if len(self.kernels) != 1 else ''}, tuned one study each, round-robin"]
-        lines += self.binding.describe()
+        lines += self.binding.describe_short(full=f"`ucutlass check {self.source_file} --problem {self.problem.id}`")
         for k in self.kernels:
             space = k.space
             opened = ", ".join(f"{key} ({len(c.options)})" for key, c in space.choices.items())

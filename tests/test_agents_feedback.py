@@ -124,6 +124,8 @@ def test_grade_emulated_documents(capsys, files):
     assert not record["evaluation"].get("performance")
     rc, doc = run_json(capsys, "grade", files["wrong"], PROBLEM, "--emulate", "--workloads", "1", "--no-timing")
     assert rc == 1 and doc["records"][0]["evaluation"]["status"] == "INCORRECT_NUMERICAL"
+    rc, doc = run_json(capsys, "grade", files["good"], PROBLEM, "--emulate", "--workloads", "0")  # not "all of them"
+    assert rc != 0 and "--workloads 0: grade at least 1 workload" in validate(doc)["error"]
     rc, doc = run_json(capsys, "grade", files["wrong"], PROBLEM, "--emulate", "--workloads", "1")
     assert rc == 1 and validate(doc)["ok"] is False
     assert doc["records"][0]["evaluation"]["status"] == "INCORRECT_NUMERICAL"

@@ -9,6 +9,7 @@ problem's inputs (and on the grader's unlisted shape, whose source has a row no 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ def test_pieces_cut_by_numbers_read_from_an_input_are_one_gather_that_passes_on_
     assert "grid_thw[:, 0]" in text and "grid_thw[:, 2] // 2" not in text.replace("select_", "")  # columns read
     assert "torch.repeat_interleave(" in text and "output_size=num_merged_patches * 4)" in text
     assert "torch.index_select(" in text and ".item()" not in text
+    assert re.search(r"  # lines 17-25: the loop over grid_thw's rows, .*\n  # .*then index_select\n", text)
     from ucutlass.grader.supervised import grade_in_child
     from ucutlass.lang import parse
     from ucutlass.solution import emulated_solution

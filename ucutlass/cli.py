@@ -468,10 +468,6 @@ def _solution_for_file(path: str, problem, args):
     return solution_for(results[0].so_path, program.source, path, bound[0].name, bound[0].config_name())
 
 
-#: Most lines of a pipeline's step listing ``grade`` prints; a longer one lists the kernel steps only.
-GRADE_LISTING_LINES = 30
-
-
 def _pipeline_solution(program, path: str, problem, args):
     """A SolutionRef for a file's pipeline: emulated (torch ops) or its bound kernels compiled here."""
     from .bind import bind_pipeline
@@ -494,10 +490,7 @@ def _pipeline_solution(program, path: str, problem, args):
                         f"{problem.id} --spec {path}`: one study per kernel)")
     binding = bind_pipeline(program, problem, pipeline.name)
     emulate = getattr(args, "emulate", False)
-    lines = binding.describe(emulated=emulate)
-    if len(lines) > GRADE_LISTING_LINES:  # L2_045's init program: 83 steps before the first verdict
-        lines = binding.describe(emulated=emulate, kernels_only=True) + [
-            f"  (the kernel steps only; `ucutlass check {path} --problem {problem.id}` lists all {len(pipeline.steps)})"]
+    lines = binding.describe_short(emulated=emulate, full=f"`ucutlass check {path} --problem {problem.id}`")
     print(f"pipeline {pipeline.name} ({_steps(pipeline)}):\n" + "\n".join(lines), file=sys.stderr)
     if emulate:
         from .solution import emulated_solution
@@ -568,6 +561,9 @@ def cmd_grade(args) -> int:
             return 2
     # The workloads first: a bad --workload is an error before the program's steps are listed and bound.
     workloads = None
+    if args.workloads is not None and args.workloads < 1:
+        raise UcutError(f"--workloads {args.workloads}: grade at least 1 workload (the first N of "
+                        f"{len(problem.workloads)}; leave it out to grade all)")
     if args.workloads:
         workloads = [problem.workloads[i] for i in range(min(args.workloads, len(problem.workloads)))]
     if getattr(args, "workload", None):
@@ -584,7 +580,8 @@ def cmd_grade(args) -> int:
     t_sol = None
     timed = not getattr(args, "no_timing", False)
     if not timed:
-        print("note: --no-timing: correctness only (no latency, speedup or SOL score)", file=sys.stderr)
+        print("note: --no-timing: correctness only (no latency, speedup or SOL score; the errors are the correctness "
+              "trials', where a timed grade also compares its timed calls' outputs)", file=sys.stderr)
     elif getattr(args, "emulate", False):
         print("note: emulated: correctness is the program's meaning; times are of torch ops, so no speedup, "
               "T_SOL or SOL score is given", file=sys.stderr)
@@ -735,6 +732,9 @@ def cmd_tune(args) -> int:
         else:
             out_dir = Path("ucutlass-tune") / problem.id
         spec = _init_spec(problem, out_dir)
+        if args.dry_run and not args.out:
+            print(f"(a dry run: that copy is removed when the command ends; `ucutlass init {problem.id} -o FILE` "
+                  "keeps one, and a tune without --dry-run keeps it in its output folder)", file=sys.stderr)
     program = _load_program(str(spec))
     if program.pipelines:  # one study per kernel it calls, the whole pipeline graded (search/pipeline_cli.py)
         from .agents.feedback import pipeline_tune_document

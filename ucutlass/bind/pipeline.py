@@ -357,6 +357,15 @@ class PipelineBinding:
         lines.append(f"  return {', '.join(value_text(v) for v in self.pipeline.returns)}")
         return lines
 
+    def describe_short(self, emulated: bool = False, max_lines: int = 30, full: str = "") -> list[str]:
+        """:meth:`describe`, or, where that passes ``max_lines`` lines (L2_045's init program: 83 steps), its kernel
+        steps and a line saying so; ``full``: the command that lists every step, for that line."""
+        lines = self.describe(emulated=emulated)
+        if len(lines) <= max_lines:
+            return lines
+        where = f"; {full} lists all {len(self.pipeline.steps)}" if full else ""
+        return self.describe(emulated=emulated, kernels_only=True) + [f"  (the kernel steps only{where})"]
+
 
 def _partial_axes(problem: Problem, given: dict[str, int]) -> dict[str, int]:
     """``given`` (axes read from tensor shapes) with the const axes and every expr axis that those determine: when a

@@ -219,7 +219,8 @@ def capture(problem, workload=None) -> Capture:
             if not loop and not masked and segments is None:
                 return fn(*tensors)
             if segments is not None:  # the integer inputs' fakes are this trace's: paired with their values here
-                modes.append(SegmentMode({n: (tensors[names.index(n)], v) for n, v in segments.items()}))
+                modes.append(SegmentMode({n: (tensors[names.index(n)], v) for n, v in segments.items()},
+                                         f"<{problem.id} reference>"))
                 with modes[-1].mode():
                     return fn(*tensors)
             modes.append(_loop_mode() if loop else masked_mode())

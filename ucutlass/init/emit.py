@@ -131,8 +131,11 @@ def program_text(part: Partition, problem, reference_lines: list[str], captured:
         return "\n".join(head) + "\n" + direct
     body = [kernel_text(k) for k in part.kernels]
     pipe = [f"pipeline {_ident(problem.id)} {{"]
-    last = None
+    last, note = None, ""
     for step in part.steps:
+        if step.note and step.note != note:
+            pipe += [f"  # {text}" for text in _wrapped(step.note, 110)]
+        note = step.note
         line = f"  {step.target} = {step.expr}"
         if step.line is not None and step.line != last and 0 < step.line <= len(reference_lines):
             line += f"   # line {step.line}: {_clip(reference_lines[step.line - 1].strip(), 80)}"
@@ -154,3 +157,9 @@ def _clip(text: str, width: int) -> str:
         return text
     cut = text[:width].rsplit(" ", 1)[0]
     return (cut if len(cut) > width // 2 else text[:width]) + " …"
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width) or [""]

@@ -20,7 +20,8 @@ from .capture import Capture, InitError
 from .epilogues import activation_after, find_residual
 from .experts import ExpertLoop, ExpertLoopWriter, find_expert_loop
 from .padding import k_pad, n_pad
-from .steps import TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Partition, Step, dtype_name, node_val, ref_line
+from .steps import (TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Partition, Step, dtype_name, node_val, ref_line,
+                    ref_note)
 from .routing_steps import routing_step
 from .symbols import symbolize
 
@@ -259,7 +260,7 @@ class Translator:
         self.names[node] = ", ".join(parts)
 
     def emit(self, node, expr: str, kind: str) -> None:
-        self.steps.append(Step(self.names[node], expr, kind, ref_line(node, self.problem.id)))
+        self.steps.append(Step(self.names[node], expr, kind, ref_line(node, self.problem.id), ref_note(node)))
 
     def node(self, node) -> None:
         op = getattr(node.target, "__name__", str(node.target)).split(".")[0]

@@ -5,9 +5,9 @@ The reference reads each row's numbers on the host (``t = grid_thw[i, 0].item()`
 of a tensor (``x[offset:offset + t * h * w]``), reshapes and permutes them (``.view(t, h // 2, 2, w // 2, 2, C)
 .permute(0, 1, 3, 2, 4, 5).reshape(-1, 4 * C)``) and concatenates the pieces. Fake tensors have no values to read,
 so such a reference does not capture. Here the capture answers each ``.item()`` of an integer input with the
-number the problem's own inputs hold, as a :class:`~.tracked.Tracked` number that remembers which element it came from and the
-arithmetic done on it; :class:`SegmentMode` follows the slices, views and permutes of the pieces, and at the
-``cat`` writes the whole loop as what it is, a permutation of the tensor's rows computed from the integer input
+number the problem's own inputs hold, as a :class:`~.tracked.Tracked` number that remembers which element it came
+from and the arithmetic done on it; :class:`SegmentMode` follows the slices, views and permutes of the pieces, and at
+the ``cat`` writes the whole loop as what it is, a permutation of the tensor's rows computed from the integer input
 on the device (``cumsum``, ``repeat_interleave``, ``//``, ``%``: allow-listed torch steps) and one
 ``index_select``. The unrolled loop is then dead code.
 
@@ -34,7 +34,8 @@ from .tracked import Tracked, flat, form_of, has_tracked, number, plain, tracked
 
 #: Random rows each piece's sizes are compared on (:meth:`SegmentMode._same_form`).
 FORM_CHECKS = 8
-#: Most MiB of inputs :func:`integer_inputs` makes on the CPU to read the integer ones (L1_020's: 116-210, most of it its two weights).
+#: Most MiB of inputs :func:`integer_inputs` makes on the CPU to read the integer ones (L1_020's: 116-210 MiB, most
+#: of it its two weights).
 MAX_INPUT_MIB = 2048
 
 
@@ -80,13 +81,14 @@ class SegmentMode:
     Args:
         inputs: integer input name → (its fake tensor in the capture, its values as a numpy array: made before
             the capture, since under it every torch op is traced).
+        filename: the reference's code object file name, to say which lines a folded loop came from.
 
     Attributes:
         escaped: how a Tracked number was used that the fold cannot write (refuses the capture).
         loops: the loops folded (empty: the mode did nothing, the capture's failure is another's).
     """
 
-    def __init__(self, inputs: dict[str, tuple[Any, Any]]):
+    def __init__(self, inputs: dict[str, tuple[Any, Any]], filename: str = ""):
         # values as Python numbers and element bookkeeping in numpy: under the capture every torch op is traced
         self.inputs = {id(fake): _Input(name, fake, real) for name, (fake, real) in inputs.items()}
         self.values = {name: real.reshape(-1).tolist() for name, (_, real) in inputs.items()}
@@ -96,6 +98,7 @@ class SegmentMode:
         self.elements: dict[int, tuple[str, Any]] = {}  # id(tensor) → (input, flat element indices)
         self.pieces: dict[int, tuple[Any, _Piece]] = {}  # id(tensor) → (tensor kept alive, piece)
         self.keep: list = []  # tensors whose ids are keys above
+        self.filename, self.first_line = filename, None  # the reference's; its first .item() (for the note)
 
     def mode(self):
         """The TorchFunctionMode to capture under: every torch call of the reference goes to :meth:`call`."""
@@ -160,7 +163,16 @@ class SegmentMode:
         self.keep.append(out)
         return out
 
+    def _line(self) -> int | None:
+        import sys
+
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename != self.filename:
+            frame = frame.f_back
+        return frame.f_lineno if frame is not None else None
+
     def _item(self, x):
+        self.first_line = self.first_line or self._line()
         key, flat = self.elements[id(x)]
         inp = self.inputs[key]
         if flat.size != 1:
@@ -210,6 +222,7 @@ class SegmentMode:
             SegmentRefused: the pieces are not the form the module docstring describes.
         """
         import torch
+        from torch.fx import traceback as fx_traceback
 
         src = pieces[0].source
         if dim != 0 or any(p.source is not src for p in pieces):
@@ -253,8 +266,13 @@ class SegmentMode:
         loop = _Loop(pieces, total, out_rows, total // out_rows, perm[:r], [form_of(s) for s in first[:r]], name)
         self.loops.append(loop)
         fake = next(i.fake for i in self.inputs.values() if i.name == loop.name)
-        out = torch.index_select(src.reshape(rows, tail), 0, gather_rows(loop, fake))
-        return out.reshape([out_rows, *out_tail]) if out_tail else out.reshape(total, *src.shape[1:])
+        first, last = self.first_line, self._line()
+        lines = f"lines {first}-{last}" if first and last and first < last else f"line {last}" if last else "the loop"
+        note = (f"{lines}: the loop over {name}'s rows, a piece of rows of a tensor each (viewed and permuted), as one "
+                f"gather: the source row of every output row computed from {name}'s numbers here, then index_select")
+        with fx_traceback.annotate({"note": note}):
+            out = torch.index_select(src.reshape(rows, tail), 0, gather_rows(loop, fake))
+            return out.reshape([out_rows, *out_tail]) if out_tail else out.reshape(total, *src.shape[1:])
 
     def _sameform_of(self, pieces: list[_Piece], r: int) -> str:
         """Every piece's start, stop and row sizes are the first's as functions of its own row (random rows), and
@@ -308,8 +326,8 @@ class SegmentMode:
 
 
 def integer_inputs(problem, workload, names) -> dict[str, Any]:
-    """The values (numpy arrays) of ``problem``'s integer tensor inputs among ``names`` at ``workload``, made on the CPU as the
-    grader makes them (seed 0; a custom entry point makes all inputs); {} where there are none or all of the
+    """The values (numpy arrays) of ``problem``'s integer tensor inputs among ``names`` at ``workload``, made on the
+    CPU as the grader makes them (seed 0; a custom entry point makes all inputs); {} where there are none or all of the
     workload's inputs would pass :data:`MAX_INPUT_MIB`."""
     import torch
 

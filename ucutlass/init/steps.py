@@ -52,12 +52,14 @@ class KernelSpec:
 @dataclass
 class Step:
     """One pipeline step: ``target = expr`` (kind ``kernel``, ``torch`` or ``view``); ``line``: the reference's
-    line it comes from (None: unknown)."""
+    line it comes from (None: unknown); ``note``: what the steps carrying it do together (a comment above the
+    first), e.g. a loop init rewrote (:mod:`.segment_loops`)."""
 
     target: str
     expr: str
     kind: str
     line: int | None = None
+    note: str = ""
 
 
 @dataclass
@@ -79,6 +81,11 @@ def dtype_name(dtype) -> str:
 def node_val(node):
     """The fake tensor (or value) a graph node held when captured (``meta["val"]``), or None."""
     return node.meta.get("val") if hasattr(node, "meta") else None
+
+
+def ref_note(node) -> str:
+    """What a node's group of steps does, where a rewrite tagged it (``node.meta["custom"]["note"]``), or ""."""
+    return str((node.meta.get("custom") or {}).get("note") or "")
 
 
 def ref_line(node, problem_id: str) -> int | None:
