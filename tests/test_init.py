@@ -310,10 +310,33 @@ def test_a_depthwise_conv_is_a_torch_step_and_a_pad_keeps_its_value():
     assert check_program(text, p) == (True, "PASSED")
 
 
-def test_a_dense_conv_is_named_for_a_conv_kernel():
-    with pytest.raises(InitError, match=r"aten\.convolution \(reference line 5\): a dense or transposed convolution: "
-                                        r"write it as a `conv` kernel"):
-        init_program(problem("tiny_dense_conv"))
+def test_a_dense_conv_is_a_conv_kernel_channels_last_that_passes_emulated():
+    """tiny_dense_conv: ``F.conv1d(x.transpose(1, 2), w)`` (64 channels in, 32 out, window 3) is a ``conv`` kernel
+    on channels-last copies ([N, W, C], [K, S, C]), its [N, Q, K] output viewed back as [N, K, Q]."""
+    p = problem("tiny_dense_conv")
+    result = init_program(p)
+    text = result.text
+    assert result.flop_share == 1.0 and "kernel conv0 : conv {" in text
+    assert "a : bf16[N, W, C]   b : bf16[K, S, C]   d : bf16[N, Q, K]" in text and "stride = 1   padding = 0" in text
+    assert "= conv_w.permute(0, 2, 1).contiguous()" in text and "_channels_last.permute(0, 2, 1)" in text
+    assert check_program(text, p) == (True, "PASSED")
+
+
+def test_a_conv_whose_channels_are_not_16_bytes_is_the_reference_s_torch_step(tmp_path):
+    """One input channel (L2_015's mel spectrogram): 2 bytes a row, which TMA im2col cannot load (sm90.conv-align);
+    the conv stays ``F.conv1d`` as the reference calls it, and the program still passes."""
+    import json
+    import shutil
+
+    folder = tmp_path / "tiny_conv_one_channel"
+    shutil.copytree(DATA / "tiny_dense_conv", folder)
+    d = json.loads((folder / "definition.json").read_text())
+    d["name"], d["axes"]["H"]["value"] = "tiny_conv_one_channel", 1
+    (folder / "definition.json").write_text(json.dumps(d))
+    p = find_problem(str(folder))
+    text = init_program(p).text
+    assert "kernel conv" not in text and "F.conv1d(" in text
+    assert check_program(text, p) == (True, "PASSED")
 
 
 def test_init_says_where_the_check_cannot_run_here(tmp_path, capsys, monkeypatch):

@@ -8,6 +8,7 @@ kernel bound with ``<-`` / ``->`` (no pipeline): ``ucutlass tune`` searches such
 
 from __future__ import annotations
 
+from .convs import conv_kernel_text
 from .partition import KernelSpec, Partition
 
 #: tile K per element type: 64·… bytes along K (docs/DSL.md, sm90.tile-k: K × element bytes is 64, 128 or 256).
@@ -52,6 +53,8 @@ def kernel_text(spec: KernelSpec, bindings: dict[str, str] | None = None) -> str
     bindings = bindings or {}
     if spec.grouped:
         return grouped_kernel_text(spec)
+    if spec.conv:
+        return conv_kernel_text(spec)
     lead = "B, " if spec.batched else ""
     bdims = "N, K" if spec.b_nk else "K, N"
     body = [f"a : {spec.dtype}[{lead}M, K] row{bindings.get('a', '')}",

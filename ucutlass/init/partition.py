@@ -20,6 +20,7 @@ from .capture import Capture, InitError
 from .epilogues import activation_after, find_residual
 from .experts import ExpertLoop, ExpertLoopWriter, find_expert_loop
 from .padding import k_pad, n_pad
+from .convs import conv_step
 from .steps import (TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Partition, Step, dtype_name, node_val, ref_line,
                     ref_note)
 from .routing_steps import routing_step
@@ -346,9 +347,8 @@ class Translator:
             return self.emit(node, f"F.pad({a[0]}, {a[1]}{value})", "torch")
         if packet == "convolution":  # (x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
             dims, groups = node_val(node.args[1]).dim() - 2, node.args[8]
-            if node.args[6] or groups == 1 or dims not in (1, 2, 3):  # a dense conv is a conv kernel's to run
-                self._unplaced(node, op, "a dense or transposed convolution: write it as a `conv` kernel (init "
-                                         "places grouped convolutions only, as torch steps)")
+            if node.args[6] or groups == 1 or dims not in (1, 2, 3):  # a dense one: a conv kernel where it can
+                return conv_step(self, node)
             return self.emit(node, f"F.conv{dims}d({', '.join(a[:6])}, {a[8]})", "torch")
         if packet in ("arange", "full", "zeros", "ones"):  # factories: made on the inputs' device (device=, layout=,
             dtype = [f"dtype={self.fmt(kw['dtype'])}"] if kw.get("dtype") is not None else []  # pin_memory= dropped)
@@ -476,7 +476,8 @@ class Translator:
         """The declared kernel with ``spec``'s key (declared now if new), with ``shape`` (M, N, K) added."""
         found = next((kk for kk in self.kernels if kk.key() == spec.key()), None)
         if found is None:
-            spec.name = f"{'grouped' if spec.grouped else 'bmm' if spec.batched else 'gemm'}{len(self.kernels)}"
+            kind = "grouped" if spec.grouped else "conv" if spec.conv else "bmm" if spec.batched else "gemm"
+            spec.name = f"{kind}{len(self.kernels)}"
             self.kernels.append(spec)
             found = spec
         found.shapes.append(shape)

@@ -1,6 +1,7 @@
 """Torch steps for the routing ops of a MoE reference (issue 17: L2_012's capacity-limited dispatch): a stable
 sort, comparisons, the accumulating ``index_put`` :mod:`.masked` writes for rows a boolean mask kept,
-``index_add``, ``repeat_interleave`` with an output size (:mod:`.segment_loops`), and the functionalized
+``index_add``, ``repeat_interleave`` with an output size (:mod:`.segment_loops`), ``F.group_norm`` (an aten
+``native_group_norm`` whose mean and rstd nobody reads: L2_078), and the functionalized
 ``starts[1:] = counts[:-1].cumsum(0)`` (a ``copy`` into a ``slice_scatter`` whose end is 2^63 - 1, "to the end").
 """
 
@@ -52,6 +53,13 @@ def routing_step(tr, node, packet: str, a: list[str]) -> bool:
             size = tr.fmt(size, others)
         extra = [f"output_size={size}"] if size is not None else []
         tr.emit(node, f"torch.repeat_interleave({', '.join(a + extra)})", "torch")
+        return True
+    if packet == "native_group_norm" and len(node.args) == 8:  # (x, w, b, N, C, HxW, groups, eps) → (y, mean, rstd)
+        if any(u.args[1] != 0 and u.users for u in node.users):  # its mean or rstd read: F.group_norm gives neither
+            return False
+        for i in range(3):  # mean and rstd: unread parts, named only so that their getitems resolve
+            tr.names[(node, i)] = tr.names[node]
+        tr.emit(node, f"F.group_norm({a[0]}, {a[6]}, {a[1]}, {a[2]}, {a[7]})", "torch")
         return True
     if packet == "index_add" and len(node.args) == 4 and node.kwargs.get("alpha", 1) == 1:
         tr.emit(node, f"torch.index_add({', '.join(a)})", "torch")

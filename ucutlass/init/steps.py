@@ -28,6 +28,7 @@ class KernelSpec:
             of d's shape (``d = cast(acc, T) + c``); ``bias``: a vector of N added to the product rounded to
             ``out`` (``d = cast(acc, T) + bias``: a bias added after a plain ``mm``); "" for none.
         activation: an epilogue activation of the (biased) product rounded to ``out`` (:mod:`.epilogues`).
+        conv: a ``conv`` kernel's (spatial rank, stride, padding, dilation) (:mod:`.convs`); () for a gemm.
         shapes: (M, N, K) at the captured workload (sizes the search space); ``flops``: 2·M·N·K·batch per call.
     """
 
@@ -43,10 +44,11 @@ class KernelSpec:
     epilogue: str = ""
     residual: str = ""
     activation: str = ""
+    conv: tuple = ()
 
     def key(self) -> tuple:
         return (self.batched, self.dtype, self.out, self.b_nk, self.bias, self.scaled, self.grouped, self.epilogue,
-                self.residual, self.activation)
+                self.residual, self.activation, self.conv)
 
 
 @dataclass
