@@ -322,6 +322,21 @@ def test_a_dense_conv_is_a_conv_kernel_channels_last_that_passes_emulated():
     assert check_program(text, p) == (True, "PASSED")
 
 
+def test_a_transposed_conv_is_refused_by_name(tmp_path):
+    import json
+    import shutil
+
+    folder = tmp_path / "tiny_conv_transposed"
+    shutil.copytree(DATA / "tiny_dense_conv", folder)
+    d = json.loads((folder / "definition.json").read_text())
+    d["name"] = "tiny_conv_transposed"
+    d["reference"] = d["reference"].replace("F.conv1d(x.transpose(1, 2), conv_w)",
+                                            "F.conv_transpose1d(x.transpose(1, 2), conv_w.transpose(0, 1))")
+    (folder / "definition.json").write_text(json.dumps(d))
+    with pytest.raises(InitError, match=r"aten\.convolution \(reference line 5\): a transposed convolution"):
+        init_program(find_problem(str(folder)))
+
+
 def test_a_conv_whose_channels_are_not_16_bytes_is_the_reference_s_torch_step(tmp_path):
     """One input channel (L2_015's mel spectrogram): 2 bytes a row, which TMA im2col cannot load (sm90.conv-align);
     the conv stays ``F.conv1d`` as the reference calls it, and the program still passes."""

@@ -7,9 +7,9 @@ channels last (docs/DSL.md, Convolution): the activation and the filter are perm
 ``[K, …, C]`` by torch steps (one copy each per call; a filter is an input, copied each call like the reference's own
 casts), the bias is the epilogue's ``[K]`` vector, and the output ``[N, …, K]`` is viewed back as ``[N, K, …]`` (no
 copy: a following conv's permute of that view is contiguous again). What the kernel cannot run is a torch step
-``F.conv1d/2d/3d`` (exact, the reference's own call): a transposed convolution, a dtype other than bf16/f16 for both
-operands, channels whose rows are not 16 bytes (``sm90.conv-align``: L2_015's one mel channel), a padding past TMA
-im2col's limit (``sm90.conv-extents``).
+``F.conv1d/2d/3d`` (exact, the reference's own call): a dtype other than bf16/f16 for both operands, channels whose
+rows are not 16 bytes (``sm90.conv-align``: L2_015's one mel channel), a padding past TMA im2col's limit
+(``sm90.conv-extents``). A transposed convolution is refused by name.
 """
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ def conv_step(tr, node) -> None:
     x, w, bias, stride, padding, dilation, transposed, _, groups = node.args
     xv, wv, dv = node_val(x), node_val(w), node_val(node)
     rank = wv.dim() - 2
+    if transposed or rank not in DIMS:  # no conv kernel runs it, and F.conv*d would compute something else
+        tr._unplaced(node, "convolution", "a transposed convolution, or one of more than 3 spatial dims")
     flops = 2 * dv.numel() * math.prod(wv.shape[1:])
     tr.total_flops += flops
     dtype, out = UCUT_DTYPES.get(dtype_name(xv.dtype)), UCUT_DTYPES.get(dtype_name(dv.dtype))
     channels = [xv.shape[1], wv.shape[0]] + [d for o in tr.pairs.get(node, [])
                                             for d in (node_val(o.args[0]).shape[1], node_val(o.args[1]).shape[0])]
-    fits = (not transposed and groups == 1 and rank in DIMS and dtype in ("bf16", "f16") and out == dtype
+    fits = (groups == 1 and dtype in ("bf16", "f16") and out == dtype
             and dtype_name(wv.dtype) == dtype_name(xv.dtype)
             and (bias is None or dtype_name(node_val(bias).dtype) == dtype_name(dv.dtype))
             and all(c * xv.element_size() % 16 == 0 for c in channels)
