@@ -33,6 +33,7 @@ from ucutlass.problem import Problem, Workload, torch_dtype
 
 from .accuracy import ACCURACY_FACTOR, check_accuracy
 from .check import compare, empty_poisoned, tolerance_against_truth
+from .digest import InputDigest, changed as digest_changed
 from .errors import GraderError
 from .guards import wall_chargeable, wall_verdict
 from .sandbox import own_run_delay_seconds, run_delay_seconds
@@ -76,6 +77,10 @@ WALL_REPEATS = 3
 #: Rounds of the wall-clock check before UNTIMED_WORK (see Grader._wall).
 WALL_ATTEMPTS = 3
 WALL_MIN_CALLS = 8
+#: Correctness trials hand the candidate the grader's own inputs (checked by keyed checksums, no private copy)
+#: when the inputs take more than this share of the GPU's memory: L2_047's 24.6 GB of inputs, a copy of them and
+#: its emulated candidate's 33 GB of work did not fit an 80 GB H100 (docs/benchmarks/2026-12-07-h100-untimed-*).
+IN_PLACE_SHARE = 0.25
 WALL_MAX_CALLS = 2000
 
 _LIVE: "weakref.WeakSet[Grader]" = weakref.WeakSet()
@@ -188,6 +193,10 @@ class Grader:
             workloads are TIMEOUT.
         confine: confine the workers (:mod:`.sandbox`: Landlock, a user namespace). Off only to see what
             holds without it; ``$UCUTLASS_GRADER_CONFINE=0`` sets the default.
+        private_inputs: keep a private copy of each correctness trial's inputs and hand the candidate
+            another (True), or hand it the grader's own inputs and compare keyed checksums
+            (:mod:`.digest`) taken before and after (False). Default: a copy unless the inputs take more
+            than ``IN_PLACE_SHARE`` of the GPU's memory.
 
     Example:
         >>> with Grader(find_problem("gemm_bias")) as g:                      # doctest: +SKIP
@@ -207,7 +216,7 @@ class Grader:
                  fresh_worker: bool = False, variants: Sequence[str] | None = None,
                  unlisted_shapes: bool | None = None, rescale_inputs: bool | None = None, accuracy: bool = True,
                  wall_check: bool = True, solution_timeout_s: float = SOLUTION_TIMEOUT_S,
-                 confine: bool | None = None):
+                 confine: bool | None = None, private_inputs: bool | None = None):
         import torch
 
         self.variants = tuple(variants) if variants is not None else variants_for(problem)
@@ -247,6 +256,8 @@ class Grader:
         self.wall_check = bool(wall_check)
         self.solution_timeout_s = float(solution_timeout_s)
         self.confine = (os.environ.get("UCUTLASS_GRADER_CONFINE", "1") != "0") if confine is None else bool(confine)
+        self.private_inputs = private_inputs
+        self._digest = InputDigest(dev)
         self._routing = routing_inputs(problem)
         self._ref_times: dict[str, LatencyStats] = {}
         self._workers: dict[str, Worker | None] = {"candidate": None, "reference": None}
@@ -465,8 +476,9 @@ class Grader:
             self._sync()
         return values
 
-    def _reference(self, inputs: Mapping[str, Any], workload: Workload) -> dict[str, Any]:
-        """The reference's outputs (run in the reference worker), checked against the definition's shapes.
+    def _reference(self, inputs: Mapping[str, Any], workload: Workload, in_place: bool = False) -> dict[str, Any]:
+        """The reference's outputs (run in the reference worker, on copies of ``inputs`` unless ``in_place``),
+        checked against the definition's shapes.
 
         Raises:
             GraderError: the reference fails, hangs or exits, returns the wrong outputs, or an output that is all
@@ -475,7 +487,7 @@ class Grader:
         import torch
 
         what = f"on workload {workload.label()}"
-        shared = [self._share(v.detach().clone()) if _is_tensor(v) else v for v in inputs.values()]
+        shared = [v if in_place or not _is_tensor(v) else self._share(v.detach().clone()) for v in inputs.values()]
         self._sync()
         out = self._fetch(self._problem_request({"op": "reference", "inputs": shared, "upcast": False}, what), what)
         del shared
@@ -496,13 +508,14 @@ class Grader:
             out[name] = ref
         return out
 
-    def _truth(self, inputs: Mapping[str, Any], workload: Workload) -> tuple[dict[str, Any] | None, str]:
-        """The ground truth (:func:`.accuracy.ground_truth`, run in the reference worker): outputs by name
-        or None, and the dtype used or why there is none."""
+    def _truth(self, inputs: Mapping[str, Any], workload: Workload,
+               in_place: bool = False) -> tuple[dict[str, Any] | None, str]:
+        """The ground truth (:func:`.accuracy.ground_truth`, run in the reference worker on copies of
+        ``inputs`` unless ``in_place``): outputs by name or None, and the dtype used or why there is none."""
         what = f"computing the ground truth of {workload.label()}"
         if self.device.type == "cuda":
             self._trim()  # float64 needs several times the reference's memory: the candidate's cache given back
-        shared = [self._share(v.detach().clone()) if _is_tensor(v) else v for v in inputs.values()]
+        shared = [v if in_place or not _is_tensor(v) else self._share(v.detach().clone()) for v in inputs.values()]
         self._sync()
         r = self._problem_request({"op": "reference", "inputs": shared, "upcast": True}, what)
         del shared
@@ -785,6 +798,7 @@ class Grader:
             variant = self.variants[trial % len(self.variants)]
             checks["variants"].append(variant)
             priv = self._make_inputs(wl, self.seed_of(trial, wl, "check", nonce), variant)
+            checks.setdefault("private_inputs", self._keeps_copy(priv))  # False: in place, keyed checksums
             stage["trials"] = trial + 1
             call_ms = max(call_ms, self._trial(worker, solution, wl, priv, tally, logs, f"trial {trial} ({variant})"))
         self._collect()
@@ -824,6 +838,8 @@ class Grader:
     def _trial(self, worker: Worker, solution: SolutionRef, wl: Workload, priv: dict[str, Any], tally: _Tally,
                logs: list[str], label: str, tolerance=None) -> float:
         """One correctness call on fresh shared copies of ``priv``; returns its wall time, raises _Fail."""
+        if not self._keeps_copy(priv):
+            return self._trial_in_place(solution, wl, priv, tally, logs, label, tolerance)
         shared = [self._share(v.detach().clone()) if _is_tensor(v) else v for v in priv.values()]
         outs = self._outputs(wl)
         self._sync()
@@ -840,10 +856,62 @@ class Grader:
         self._judge(got, priv, wl, tolerance or wl.tolerance, tally, label)
         return float(r.data.get("wall_ms", 0.0))
 
+    def _keeps_copy(self, priv: Mapping[str, Any]) -> bool:
+        """Whether a trial on ``priv`` keeps a private copy (``private_inputs``; by default unless the inputs
+        take more than IN_PLACE_SHARE of the GPU's memory)."""
+        if self.private_inputs is not None:
+            return bool(self.private_inputs)
+        if self.device.type != "cuda":
+            return True
+        import torch
+
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        return sum(_nbytes(v) for v in priv.values()) <= IN_PLACE_SHARE * total
+
+    def _trial_in_place(self, solution: SolutionRef, wl: Workload, priv: dict[str, Any], tally: _Tally,
+                        logs: list[str], label: str, tolerance=None) -> float:
+        """One correctness call on the grader's own inputs, for inputs too large to copy: keyed checksums
+        (:mod:`.digest`) before and after the call. The candidate's worker is stopped right after its outputs
+        are copied out, before the reference runs on the same memory: nothing it left running can write the
+        inputs later, and its cached memory is given back to the reference. Returns the call's wall time."""
+        worker = self._worker("candidate")  # a fresh one after an earlier trial in place: load the solution
+        r = self._ask(worker, {"op": "load", "solution": solution}, self.timeout_s)
+        if not r.ok:
+            raise self._reply_failure(r, "loading the solution")
+        for v in priv.values():
+            if _is_tensor(v):
+                self._share(v)  # a CPU tensor moves to shared memory in place (no copy kept)
+        before = self._digest.of_all(priv)
+        outs = self._outputs(wl)
+        self._sync()
+        args = list(priv.values())
+        r = self._ask(worker, {"op": "call", "key": solution.key(), "inputs": args, "outputs": outs}, self.timeout_s)
+        if not r.ok:
+            raise self._reply_failure(r, label)
+        logs.append(r.log)
+        got = [o.clone() for o in outs]
+        self._sync()
+        del args, outs
+        self._discard("candidate", replace=True)
+        self._collect()
+        moved = digest_changed(before, self._digest.of_all(priv))
+        if moved:
+            raise _Fail(Status.INPUT_MODIFIED, f"{label}: the candidate changed input(s) {', '.join(moved)} "
+                        "(seen by keyed checksums: these inputs are too large for a private copy)")
+        ref = self._reference(priv, wl, in_place=True)
+        moved = digest_changed(before, self._digest.of_all(priv))
+        if moved:
+            raise GraderError(f"{self.problem.id}: the reference changes its input(s) {', '.join(moved)}; inputs "
+                              f"this large are not copied for it (Grader(private_inputs=True) copies them)")
+        self._judge(got, priv, wl, tolerance or wl.tolerance, tally, label, ref=ref, in_place=True)
+        return float(r.data.get("wall_ms", 0.0))
+
     def _judge(self, got: Sequence[Any], inputs: Mapping[str, Any], wl: Workload, tol, tally: _Tally,
-               label: str) -> None:
-        """Tolerance (INCORRECT_NUMERICAL), then accuracy against the ground truth (INCORRECT_ACCURACY)."""
-        ref = self._reference(inputs, wl)
+               label: str, ref: dict[str, Any] | None = None, in_place: bool = False) -> None:
+        """Tolerance (INCORRECT_NUMERICAL), then accuracy against the ground truth (INCORRECT_ACCURACY);
+        ``ref``: the reference's outputs where already computed; ``in_place``: the problem's code runs on
+        ``inputs`` themselves (no copy)."""
+        ref = ref if ref is not None else self._reference(inputs, wl)
         missed = []
         for name, buf in zip(self.problem.outputs, got):
             c = compare(buf, ref[name], tol, name)
@@ -852,7 +920,7 @@ class Grader:
             tally.ratio = min(tally.ratio, c.matched_ratio)
             if not c.ok:
                 missed.append((name, buf, c.reason))
-        truth, how = self._truth(inputs, wl) if self.accuracy and missed else (None, "")
+        truth, how = self._truth(inputs, wl, in_place) if self.accuracy and missed else (None, "")
         for name, buf, reason in missed:
             # Against the reference its own rounding counts against the candidate: judged against the truth.
             ok, note = tolerance_against_truth(buf, ref[name], truth.get(name) if truth else None, tol, name)
@@ -864,7 +932,7 @@ class Grader:
         if not self.accuracy:
             return
         if not missed:
-            truth, how = self._truth(inputs, wl)
+            truth, how = self._truth(inputs, wl, in_place)
         tally.acc["ground_truth"] = how
         for name, buf in zip(self.problem.outputs, got):
             a = check_accuracy(buf, ref[name], truth.get(name) if truth else None, name)
