@@ -51,6 +51,13 @@ def kernels_of(path: str, problem_id: str, every_legal: bool = False) -> list:
         fixed = [kc.bound_kernel for kc in bind_pipeline(concrete, plan.problem, plan.pipeline).kernel_calls()
                  if kc.kernel.name not in combos]
         return fixed + measurer.prebuilt(plan, combos)
+    if every_legal and problem_id and len(program.kernels) == 1:
+        # one kernel bound to the problem: the tuner's own plan, auto settings decided for the workloads' extents
+        # (SearchSpace.concrete), so that the builds are the ones its trials load
+        from ucutlass.search.planning import plan
+
+        tp = plan(find_problem(problem_id), program, source_file=source_file)
+        return [tp.space.concrete(params) for params in tp.legal]
     if every_legal:
         from ucutlass.arch import distinct_combinations, legal_combinations
 

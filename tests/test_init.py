@@ -382,3 +382,27 @@ def test_a_grader_that_fails_is_the_check_s_message_not_a_traceback(monkeypatch)
     monkeypatch.setattr(supervised, "grade_in_child", fail)
     p = problem("tiny_gemm")
     assert check_program(init_program(p).text, p) == (False, "the grader failed: OutOfMemoryError: CUDA out of memory.")
+
+
+def test_a_bound_gemm_whose_m_can_be_decode_sized_gets_swap_ab_and_narrow_tiles():
+    """FlashInfer-Bench_006 is captured at M = 2 but its workloads run M from 1 to 16294: the one kernel's space
+    spans both (swap AB with 16/32-wide tiles and split-K for decode, clusters for the large M), and `tune` serves
+    ranges of M with a dispatch. A kernel inside a pipeline (one configuration for every M) gets no decode tiles."""
+    from shared_data import SHARED_SOL_EXECBENCH
+
+    from ucutlass.arch.legality import legal_combinations
+    from ucutlass.init.emit import m_span
+
+    folder = SHARED_SOL_EXECBENCH / "FlashInfer-Bench_006_gemm_n2048_k4096"
+    if not folder.is_dir():
+        pytest.skip("FlashInfer-Bench_006 not found beside this clone")
+    p = find_problem(str(folder))
+    result = init_program(p)
+    (kernel,) = parse(result.text, "init.ucut").kernels
+    assert "128x16x128" in result.text and "swap_ab = {false, true}" in result.text, result.text
+    assert "split_k = {1, 2, 4, 8}" in result.text and "cluster = {1x1x1, 2x1x1}" in result.text
+    assert m_span(result.partition.kernels[0], p, {"M": 2}) == (1, 16294)
+    legal, _ = legal_combinations(kernel)
+    assert any(pick["swap_ab"] is True and pick["tile"][1] == 16 for pick in legal), "no legal swapped decode kernel"
+    # a pipeline's kernel (tiny_linear_residual: M = batch x seq from 8): no decode tiles
+    assert "swap_ab" not in init_program(problem("tiny_linear_residual")).text

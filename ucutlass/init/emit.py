@@ -15,10 +15,41 @@ from .partition import KernelSpec, Partition
 TILE_K = {"bf16": 64, "f16": 64, "f32": 32, "f8e4m3": 128, "f8e5m2": 128}
 
 
-def search_space(spec: KernelSpec) -> list[str]:
-    """Settings lines of a kernel's default search space: tiles whose M and N fit the largest captured M and N
-    (no 256-wide tile for N ≤ 128; a 64-row pingpong tile for small M), both sm90 schedules, clusters 1 and 2 along
-    M when there are enough row tiles, stream-K where the output has few tiles; for f32 operands 3xTF32 tiles."""
+#: Rows (M) at or below which a GEMM is decode-shaped: the weight's N goes on the MMA's M side (swap AB) with
+#: 16- or 32-wide tiles for the tokens (issue 13; examples/flashinfer_gemm_f16.ucut, docs/DSL.md's swap_ab).
+DECODE_ROWS = 64
+
+
+def m_span(spec: KernelSpec, problem, axes: dict[str, int]) -> tuple[int, int] | None:
+    """The least and largest M of ``spec`` over the problem's workloads, or None when unknown.
+
+    M at the captured workload (``axes``, var axes by name) is matched with a product of one to three var axes times
+    a whole number (a flattened batch x sequence, tokens x experts per token); M at every workload is then that
+    product there. Where several products match, the span covers them all: it only sizes the search space.
+    """
+    import itertools
+    import math
+
+    var = [n for n, a in problem.axes.items() if a.kind == "var" and n in axes]
+    spans = []
+    for m in {s[0] for s in spec.shapes}:
+        for r in range(1, min(3, len(var)) + 1):
+            for names in itertools.combinations(var, r):
+                here = math.prod(axes[n] for n in names)
+                if here and m % here == 0:
+                    ms = [m // here * math.prod(problem.resolve_axes(w)[n] for n in names) for w in problem.workloads]
+                    spans.append((min(ms), max(ms)))
+    if not spans:
+        return None
+    return min(lo for lo, _ in spans), max(hi for _, hi in spans)
+
+
+def search_space(spec: KernelSpec, span: tuple[int, int] | None = None) -> list[str]:
+    """Settings lines of a kernel's default search space: tiles whose M and N fit the largest M (over ``span``, the
+    least and largest M over the workloads, else the captured shapes) and N (no 256-wide tile for N ≤ 128; a 64-row
+    pingpong tile for small M), both sm90 schedules, clusters 1 and 2 along M when there are enough row tiles,
+    stream-K where the output has few tiles; swap AB with 16/32-wide tiles and split-K where M can be decode-sized
+    (≤ DECODE_ROWS); for f32 operands 3xTF32 tiles."""
     if spec.dtype == "f32":
         # An fp32 reference: TF32 (the sm90 default) is ~2000x its error and fails the grader's accuracy check;
         # 3xTF32 (SM80 mma.sync) is as accurate as fp32 and takes only its own tiles (arch/sm90_3xtf32.py: M, N in
@@ -33,23 +64,33 @@ def search_space(spec: KernelSpec) -> list[str]:
         tiles = [f"128x128x{k}", f"64x128x{k}"] + ([f"128x256x{k}"] if max(s[1] for s in spec.shapes) > 128 else [])
         return [f"tile = {{{', '.join(tiles)}}}", "schedule = {cooperative, pingpong}"]
     n = max(s[1] for s in spec.shapes)
+    lo, hi = span if span is not None else (m, m)  # no span: sized by the captured M alone (no decode tiles)
     tiles = [f"128x128x{k}"]
     if n > 128 and spec.dtype != "f32":
         tiles.append(f"128x256x{k}")
     tiles.append(f"64x128x{k}")
     if n <= 64:
         tiles.append(f"128x64x{k}")
+    # decode: 64-row tiles give N/64 CTAs, each streaming all of K; swapped, N fills 128-row tiles and the few
+    # tokens a 16/32-wide side, split-K (stream-K scheduler, cooperative) cuts K over the SMs (issue 13, item 1)
+    decode = span is not None and lo <= DECODE_ROWS and not spec.batched and spec.dtype in ("bf16", "f16") and n >= 128
+    if decode:
+        tiles += [f"128x16x{2 * k}", f"128x32x{2 * k}"]
     lines = [f"tile = {{{', '.join(tiles)}}}", "schedule = {cooperative, pingpong}"]
-    if m >= 256 and not spec.batched:
+    if max(hi, m) >= 256 and not spec.batched:
         lines.append("cluster = {1x1x1, 2x1x1}")
-    tiles_out = ((m + 127) // 128) * ((n + 127) // 128)
+    tiles_out = ((lo + 127) // 128) * ((n + 127) // 128)
     if tiles_out < 132:  # fewer output tiles than an H200 has SMs: split the K loop too
         lines.append("scheduler = {persistent, stream_k}")
+    if decode:
+        lines += ["split_k = {1, 2, 4, 8}", "swap_ab = {false, true}"]
     return lines
 
 
-def kernel_text(spec: KernelSpec, bindings: dict[str, str] | None = None) -> str:
-    """One ``kernel NAME : gemm { … }`` block; ``bindings`` (operand → ``<- x`` / ``-> y``) binds it directly."""
+def kernel_text(spec: KernelSpec, bindings: dict[str, str] | None = None,
+                span: tuple[int, int] | None = None) -> str:
+    """One ``kernel NAME : gemm { … }`` block; ``bindings`` (operand → ``<- x`` / ``-> y``) binds it directly;
+    ``span``: M's least and largest over the workloads (:func:`m_span`)."""
     bindings = bindings or {}
     if spec.grouped:
         return grouped_kernel_text(spec)
@@ -65,7 +106,7 @@ def kernel_text(spec: KernelSpec, bindings: dict[str, str] | None = None) -> str
              "  " + "   ".join(body)]
     if spec.scaled:  # a 1x128 block scale per row of a, a 128x128 block scale of b (docs/DSL.md, FP8)
         lines.append("  scale_a : f32[M, K/128] row   scale_b : f32[N/128, K/128] row")
-    lines += ["  " + line for line in search_space(spec)]
+    lines += ["  " + line for line in search_space(spec, span)]
     if spec.residual == "bias":  # the reference's mm + b, b : [N]: the product rounded to d's type, then the add
         lines.append(f"  epilogue {{ bias : {spec.out}[N]   d = cast(acc, {spec.out}) + bias }}")
     elif spec.residual:  # the reference's (mm [+ bias]) + r (or * r): rounded to d's type first, as the reference
@@ -99,9 +140,11 @@ def grouped_kernel_text(spec: KernelSpec) -> str:
     return "\n".join(lines)
 
 
-def direct_program(part: Partition, problem) -> str | None:
+def direct_program(part: Partition, problem, axes: dict[str, int] | None = None) -> str | None:
     """The one-kernel program with bindings, when the partition is one kernel call on the problem's tensors that
-    returns the problem's only output (else None)."""
+    returns the problem's only output (else None). Its space spans M over the workloads (``axes``: the captured
+    workload's, for :func:`m_span`): ``tune`` serves ranges of M with a dispatch of several kernels, so decode
+    tiles join where M can be small (a pipeline's kernel serves every M with one configuration: not there)."""
     calls = [s for s in part.steps if s.kind == "kernel"]
     if len(part.steps) != 1 or len(calls) != 1 or len(part.returns) != 1 or len(problem.outputs) != 1:
         return None
@@ -113,13 +156,15 @@ def direct_program(part: Partition, problem) -> str | None:
         return None
     out = next(iter(problem.outputs))
     spec = part.kernels[0]
-    return kernel_text(spec, {"a": f" <- {args[0]}", "b": f" <- {args[1]}", "d": f" -> {out}"}) + "\n"
+    span = m_span(spec, problem, axes) if axes else None
+    return kernel_text(spec, {"a": f" <- {args[0]}", "b": f" <- {args[1]}", "d": f" -> {out}"}, span) + "\n"
 
 
-def program_text(part: Partition, problem, reference_lines: list[str], captured: str = "") -> str:
+def program_text(part: Partition, problem, reference_lines: list[str], captured: str = "",
+                 axes: dict[str, int] | None = None) -> str:
     """The `.ucut` text of a partition: a header, the kernels, the pipeline (or one directly bound kernel).
     ``captured``: the workload the graph was captured at (its var axes, ``"batch=2, seq=128"``), named in the header
-    so that the shapes in the kernels' comments can be read."""
+    so that the shapes in the kernels' comments can be read; ``axes``: that workload's axes by name."""
     n_kernel = sum(1 for s in part.steps if s.kind == "kernel")
     n_torch = sum(1 for s in part.steps if s.kind == "torch")
     share = part.kernel_flops / part.total_flops if part.total_flops else 0.0
@@ -129,7 +174,7 @@ def program_text(part: Partition, problem, reference_lines: list[str], captured:
     if captured:
         head.append(f"# Captured at the workload {captured} (the smallest whose var axes are all >= 2; init's check "
                     "grades the smallest): the shapes in the comments are that workload's.")
-    direct = direct_program(part, problem)
+    direct = direct_program(part, problem, axes)
     if direct is not None:
         return "\n".join(head) + "\n" + direct
     body = [kernel_text(k) for k in part.kernels]

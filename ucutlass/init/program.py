@@ -62,7 +62,7 @@ def init_program(problem) -> InitResult:
     part = Translator(problem, cap, others).run()
     axes = problem.resolve_axes(main)
     captured = ", ".join(f"{n}={axes[n]}" for n, a in problem.axes.items() if a.kind == "var" and n in axes)
-    return InitResult(program_text(part, problem, problem.reference_source.splitlines(), captured), part)
+    return InitResult(program_text(part, problem, problem.reference_source.splitlines(), captured, axes), part)
 
 
 def _main_workload(problem, small):
