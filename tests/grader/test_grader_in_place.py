@@ -75,3 +75,18 @@ def test_a_reference_that_changes_its_inputs_is_named(tmp_path):
     with Grader(load_problem(folder), device="cpu", private_inputs=False, unlisted_shapes=False, **FAST) as g:
         with pytest.raises(GraderError, match="reference changes its input"):
             g.grade(solution_from_file(ADV / "solutions" / "gemm_honest.py", g.problem), [0], timed=False)
+
+
+@pytest.mark.gpu
+def test_in_place_trials_on_cuda_pass_an_honest_candidate_and_catch_one_that_zeroes_its_inputs():
+    """On the GPU the candidate maps the grader's own input allocations (CUDA IPC) and its worker is stopped
+    before the reference reads them."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA")
+    with Grader(load_problem(ADV / "data" / "adv_gemm"), device="cuda", private_inputs=False, **FAST) as g:
+        honest, cheat = (solution_from_file(ADV / "solutions" / f, g.problem)
+                         for f in ("gemm_honest.py", "cheat_zero_inputs.py"))
+        (r,) = g.grade(honest, [2], timed=False)
+        assert r.status is Status.PASSED and r.checks["private_inputs"] is False, r.log
+        (r,) = g.grade(cheat, [2], timed=False)
+        assert r.status is Status.INPUT_MODIFIED and "keyed checksums" in r.reason, r.reason
