@@ -138,6 +138,10 @@ class _TimingSet:
     outputs: list[Any]
     check: list[Any]
     rescaled: list[int]
+    names: list[str] = dataclasses.field(default_factory=list)  # the inputs' names, in order
+
+    def named_base(self) -> dict[str, Any]:
+        return dict(zip(self.names, self.base))
 
     def payload(self) -> dict:
         return {"base": self.base, "work": self.work, "outputs": self.outputs, "check": self.check}
@@ -559,7 +563,7 @@ class Grader:
                 copies = 2 + int(keep_private)
                 nbytes = sum(_nbytes(v) for v in priv.values()) * copies + sum(_nbytes(o) for o in outs) * 2
                 n = max(1, min(self.rotate, ROTATE_BYTES // max(nbytes, 1)))
-            sets.append(_TimingSet(priv if keep_private else None, base, work, outs, check, rescaled))
+            sets.append(_TimingSet(priv if keep_private else None, base, work, outs, check, rescaled, list(priv)))
             del priv
             i += 1
         self._sync()
@@ -798,7 +802,7 @@ class Grader:
             variant = self.variants[trial % len(self.variants)]
             checks["variants"].append(variant)
             priv = self._make_inputs(wl, self.seed_of(trial, wl, "check", nonce), variant)
-            checks.setdefault("private_inputs", self._keeps_copy(priv))  # False: in place, keyed checksums
+            checks.setdefault("private_inputs", self._keeps_copy(_bytes(priv)))  # False: in place, keyed checksums
             stage["trials"] = trial + 1
             call_ms = max(call_ms, self._trial(worker, solution, wl, priv, tally, logs, f"trial {trial} ({variant})"))
         self._collect()
@@ -838,7 +842,7 @@ class Grader:
     def _trial(self, worker: Worker, solution: SolutionRef, wl: Workload, priv: dict[str, Any], tally: _Tally,
                logs: list[str], label: str, tolerance=None) -> float:
         """One correctness call on fresh shared copies of ``priv``; returns its wall time, raises _Fail."""
-        if not self._keeps_copy(priv):
+        if not self._keeps_copy(_bytes(priv)):
             return self._trial_in_place(solution, wl, priv, tally, logs, label, tolerance)
         shared = [self._share(v.detach().clone()) if _is_tensor(v) else v for v in priv.values()]
         outs = self._outputs(wl)
@@ -856,17 +860,24 @@ class Grader:
         self._judge(got, priv, wl, tolerance or wl.tolerance, tally, label)
         return float(r.data.get("wall_ms", 0.0))
 
-    def _keeps_copy(self, priv: Mapping[str, Any]) -> bool:
-        """Whether a trial on ``priv`` keeps a private copy (``private_inputs``; by default unless the inputs
-        take more than IN_PLACE_SHARE of the GPU's memory)."""
+    def _keeps_copy(self, nbytes: int) -> bool:
+        """Whether inputs of ``nbytes`` get a private copy (``private_inputs``; by default unless they take more
+        than IN_PLACE_SHARE of the GPU's memory)."""
         if self.private_inputs is not None:
             return bool(self.private_inputs)
         if self.device.type != "cuda":
             return True
         import torch
 
-        total = torch.cuda.get_device_properties(self.device).total_memory
-        return sum(_nbytes(v) for v in priv.values()) <= IN_PLACE_SHARE * total
+        return nbytes <= IN_PLACE_SHARE * torch.cuda.get_device_properties(self.device).total_memory
+
+    def _input_bytes(self, wl: Workload) -> int:
+        """Bytes of ``wl``'s tensor inputs, from the definition (before any is made)."""
+        import torch
+
+        sizes = {n: math.prod(shape) for n, shape in self.problem.input_shapes(wl).items() if shape is not None}
+        return sum(k * torch.empty((), dtype=torch_dtype(self.problem.inputs[n].dtype)).element_size()
+                   for n, k in sizes.items())
 
     def _trial_in_place(self, solution: SolutionRef, wl: Workload, priv: dict[str, Any], tally: _Tally,
                         logs: list[str], label: str, tolerance=None) -> float:
@@ -956,7 +967,9 @@ class Grader:
         """The reference's time, the candidate's timing run with its checked calls, the wall-clock check."""
         ref_stats = self._reference_stats(wl)
         key = solution.key()
-        sets = self._timing_sets(wl, "timing", nonce, keep_private=True)
+        in_place = not self._keeps_copy(self._input_bytes(wl))  # no private copies: keyed checksums of the bases
+        sets = self._timing_sets(wl, "timing", nonce, keep_private=not in_place)
+        sums = [self._digest.of_all(s.named_base()) for s in sets] if in_place else []
         plan = self._plan(wl, "timing", nonce, sets)
         r = self._ask(worker, {"op": "bench", "key": key, "sets": [s.payload() for s in sets],
                             "params": dataclasses.asdict(self.params), "plan": plan},
@@ -977,23 +990,38 @@ class Grader:
         except ValueError as e:
             raise _Fail(Status.RUNTIME_ERROR, f"timing: {e}", with_correctness=True) from None
         for i, s in enumerate(sets):  # inputs as the last timed call left them (before wall batches move on)
-            seen = {name: (rescale(v, rescale_factor(plan["seed"], i, uses["final"][i])) if j in s.rescaled else v)
-                    for j, (name, v) in enumerate(s.private.items())}  # type: ignore[union-attr]
-            changed = _modified(s.private, s.base) + [f"{n} (working copy)" for n in
-                                                      _modified(seen, s.work, only=s.rescaled)]
+            if in_place:
+                changed = self._moved_in_place(s, sums[i], rescale_factor(plan["seed"], i, uses["final"][i]))
+            else:
+                seen = {name: (rescale(v, rescale_factor(plan["seed"], i, uses["final"][i])) if j in s.rescaled
+                               else v) for j, (name, v) in enumerate(s.private.items())}  # type: ignore[union-attr]
+                changed = _modified(s.private, s.base) + [f"{n} (working copy)" for n in
+                                                          _modified(seen, s.work, only=s.rescaled)]
             if changed:
                 raise _Fail(Status.INPUT_MODIFIED, f"timing: the candidate changed input(s) {', '.join(changed)}")
         wall = self._wall(worker, key, float(data.get("estimate_ms", 0.0)), stats.median_ms, logs) \
             if self.wall_check else None
         if wall is not None:
             wall["host_ms"] = float(data.get("host_ms", 0.0))  # the call's median host path: sets the spin
+        if in_place:  # the bases are the inputs the reference runs on: the candidate's process is stopped first
+            self._discard("candidate", replace=True)
+            self._collect()
+            for i, s in enumerate(sets):
+                moved = digest_changed(sums[i], self._digest.of_all(s.named_base()))
+                if moved:
+                    raise _Fail(Status.INPUT_MODIFIED, f"timing: the candidate changed input(s) {', '.join(moved)} "
+                                "during the wall-clock check (seen by keyed checksums)")
+                s.work = []  # the working copies, given back before the reference's inputs are made
         # Only now do expected outputs exist (no candidate code runs after this): every checked timed call.
         for i, use in sorted(uses["snapshots"].items()):
             s = sets[i]
+            src = s.private if s.private is not None else s.named_base()
             seen = {name: (rescale(v, rescale_factor(plan["seed"], i, use)) if j in s.rescaled else v)
-                    for j, (name, v) in enumerate(s.private.items())}  # type: ignore[union-attr]
+                    for j, (name, v) in enumerate(src.items())}
             stage["timed_sets"] += 1
-            self._judge(snaps[i], seen, wl, wl.tolerance, tally, f"timed call {uses['calls'][i]} on set {i}")
+            self._judge(snaps[i], seen, wl, wl.tolerance, tally, f"timed call {uses['calls'][i]} on set {i}",
+                        in_place=in_place)
+            del seen
         del sets, snaps
         self._collect()
         t_sol = self._t_sol(wl, logs)
@@ -1023,6 +1051,17 @@ class Grader:
         if not faster:
             perf = dataclasses.replace(perf, sol_score=_sol_score(perf.latency_ms, ref_stats.median_ms, t_sol))
         return perf
+
+    def _moved_in_place(self, s: _TimingSet, sums: dict[str, int], factor: float) -> list[str]:
+        """Inputs of a timing set without a private copy that the candidate changed: a base whose checksum
+        moved, a rescaled working copy that is not its base times ``factor`` (compared one input at a time)."""
+        import torch
+
+        out = digest_changed(sums, self._digest.of_all(s.named_base()))
+        for j in s.rescaled:
+            if not out and not torch.equal(_bits(rescale(s.base[j], factor)), _bits(s.work[j])):
+                out.append(f"{s.names[j]} (working copy)")
+        return out
 
     def _wall(self, worker: Worker, key: str, estimate_ms: float, event_median_ms: float,
               logs: list[str]) -> dict:
@@ -1227,6 +1266,10 @@ def _is_tensor(v: Any) -> bool:
 
 def _nbytes(v: Any) -> int:
     return v.numel() * v.element_size() if _is_tensor(v) else 0
+
+
+def _bytes(values: Mapping[str, Any]) -> int:
+    return sum(_nbytes(v) for v in values.values())
 
 
 __all__ = ["Grader", "TIMEOUT_S", "START_TIMEOUT_S", "ROTATE", "WALL_MS", "WALL_REPEATS"]

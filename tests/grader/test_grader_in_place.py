@@ -77,6 +77,22 @@ def test_a_reference_that_changes_its_inputs_is_named(tmp_path):
             g.grade(solution_from_file(ADV / "solutions" / "gemm_honest.py", g.problem), [0], timed=False)
 
 
+def test_timing_in_place_passes_an_honest_candidate_and_catches_inputs_changed_in_timed_calls(in_place_grader,
+                                                                                                 tmp_path):
+    """The timing keeps no private copies either: the bases' checksums and the working copies recomputed from the
+    bases. A candidate honest in its first calls (each correctness trial in place gets a fresh process) that
+    zeroes its inputs from its third call on is caught in the timing."""
+    g = in_place_grader
+    (r,) = g.grade(solution_from_file(ADV / "solutions" / "gemm_honest.py", g.problem), [1])
+    assert r.status is Status.PASSED and r.performance.latency_ms > 0, r.log
+    assert r.checks["private_inputs"] is False and r.correctness.checked_timed_sets >= 1
+    late = tmp_path / "zero_later.py"
+    late.write_text("import torch\n\nCALLS = [0]\n\n\ndef run(A, B):\n    C = torch.matmul(A, B.T)\n"
+                    "    CALLS[0] += 1\n    if CALLS[0] >= 3:\n        A.zero_()\n    return C\n")
+    (r,) = g.grade(solution_from_file(late, g.problem), [1])
+    assert r.status is Status.INPUT_MODIFIED and r.reason.startswith("timing"), (r.status, r.reason)
+
+
 @pytest.mark.gpu
 def test_in_place_trials_on_cuda_pass_an_honest_candidate_and_catch_one_that_zeroes_its_inputs():
     """On the GPU the candidate maps the grader's own input allocations (CUDA IPC) and its worker is stopped
@@ -86,7 +102,8 @@ def test_in_place_trials_on_cuda_pass_an_honest_candidate_and_catch_one_that_zer
     with Grader(load_problem(ADV / "data" / "adv_gemm"), device="cuda", private_inputs=False, **FAST) as g:
         honest, cheat = (solution_from_file(ADV / "solutions" / f, g.problem)
                          for f in ("gemm_honest.py", "cheat_zero_inputs.py"))
-        (r,) = g.grade(honest, [2], timed=False)
+        (r,) = g.grade(honest, [2])
         assert r.status is Status.PASSED and r.checks["private_inputs"] is False, r.log
+        assert r.performance.latency_ms > 0 and r.correctness.checked_timed_sets >= 1
         (r,) = g.grade(cheat, [2], timed=False)
         assert r.status is Status.INPUT_MODIFIED and "keyed checksums" in r.reason, r.reason
