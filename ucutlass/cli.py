@@ -733,8 +733,9 @@ def cmd_tune(args) -> int:
             out_dir = Path("ucutlass-tune") / problem.id
         spec = _init_spec(problem, out_dir)
         if args.dry_run and not args.out:
-            print(f"(a dry run: that copy is removed when the command ends; `ucutlass init {problem.id} -o FILE` "
-                  "keeps one, and a tune without --dry-run keeps it in its output folder)", file=sys.stderr)
+            where = "".join(f" --problems {d}" for d in args.problems)
+            print(f"(a dry run: that copy is removed when the command ends; `ucutlass init {problem.id}{where} -o "
+                  "FILE` keeps one, and a tune without --dry-run keeps it in its output folder)", file=sys.stderr)
     program = _load_program(str(spec))
     if program.pipelines:  # one study per kernel it calls, the whole pipeline graded (search/pipeline_cli.py)
         from .agents.feedback import pipeline_tune_document

@@ -177,5 +177,5 @@ def run_init(problem, output: str | None = None, check: bool = True, out=None) -
         print(f"emulated grade on the smallest workload: not run here: {too_large}", file=out)
         return 0
     passed, why = check_program(result.text, problem, output or "init.ucut")
-    print(f"emulated grade on the smallest workload: {why}", file=out)
+    print(f"emulated grade on the smallest workload ({smallest_workload(problem).label()}): {why}", file=out)
     return 0 if passed else 1
