@@ -77,11 +77,12 @@ WALL_REPEATS = 3
 #: Rounds of the wall-clock check before UNTIMED_WORK (see Grader._wall).
 WALL_ATTEMPTS = 3
 WALL_MIN_CALLS = 8
-#: Correctness trials hand the candidate the grader's own inputs (checked by keyed checksums, no private copy)
-#: when the inputs take more than this share of the GPU's memory: L2_047's 24.6 GB of inputs, a copy of them and
-#: its emulated candidate's 33 GB of work did not fit an 80 GB H100 (docs/benchmarks/2026-12-07-h100-untimed-*).
-IN_PLACE_SHARE = 0.25
 WALL_MAX_CALLS = 2000
+#: Correctness trials and the timing hand the candidate the grader's own inputs (checked by keyed checksums, no
+#: private copy) when the inputs take more than this share of the GPU's memory: L2_047's 24.6 GB of inputs, a copy
+#: of them and its emulated candidate's 33 GB of work did not fit an 80 GB H100
+#: (docs/benchmarks/2026-12-07-h100-untimed-moe-and-l1-020.md).
+IN_PLACE_SHARE = 0.25
 
 _LIVE: "weakref.WeakSet[Grader]" = weakref.WeakSet()
 
@@ -834,7 +835,7 @@ class Grader:
 
     def _reference_runs(self, priv: Mapping[str, Any], workload: Workload) -> bool:
         try:
-            self._reference(priv, workload)
+            self._reference(priv, workload, in_place=not self._keeps_copy(_bytes(priv)))
             return True
         except GraderError:
             return False
@@ -897,14 +898,16 @@ class Grader:
         self._sync()
         args = list(priv.values())
         r = self._ask(worker, {"op": "call", "key": solution.key(), "inputs": args, "outputs": outs}, self.timeout_s)
-        if not r.ok:
-            raise self._reply_failure(r, label)
-        logs.append(r.log)
-        got = [o.clone() for o in outs]
+        fail = None if r.ok else self._reply_failure(r, label)  # replaces a dead worker
+        got = [o.clone() for o in outs] if r.ok else []
         self._sync()
         del args, outs
-        self._discard("candidate", replace=True)
+        if not r.dead:  # stopped even after a failure: the unlisted shape's retry runs the reference on priv
+            self._discard("candidate", replace=True)
         self._collect()
+        if fail is not None:
+            raise fail
+        logs.append(r.log)
         moved = digest_changed(before, self._digest.of_all(priv))
         if moved:
             raise _Fail(Status.INPUT_MODIFIED, f"{label}: the candidate changed input(s) {', '.join(moved)} "

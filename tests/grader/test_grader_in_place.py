@@ -64,6 +64,14 @@ def test_a_candidate_that_zeroes_its_inputs_is_caught_in_place(in_place_grader):
     assert "keyed checksums" in r.reason and "A" in r.reason
 
 
+def test_a_candidate_failing_only_on_the_unlisted_shape_fails_in_place(in_place_grader):
+    """The unlisted shape's failure is checked against a reference run on the same inputs, after the candidate's
+    worker is stopped (it mapped them): the failure stands."""
+    g = in_place_grader
+    (r,) = g.grade(solution_from_file(ADV / "solutions" / "cheat_hardcoded_shapes.py", g.problem), [1], timed=False)
+    assert r.status is Status.INCORRECT_NUMERICAL and "unlisted shape" in r.reason, (r.status, r.reason)
+
+
 def test_a_reference_that_changes_its_inputs_is_named(tmp_path):
     """In place, the reference runs on the grader's own inputs: one that writes them is a broken problem."""
     folder = tmp_path / "writes_inputs"
