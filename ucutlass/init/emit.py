@@ -159,8 +159,8 @@ def direct_program(part: Partition, problem, axes: dict[str, int] | None = None)
     span = m_span(spec, problem, axes) if axes else None
     text = kernel_text(spec, {"a": f" <- {args[0]}", "b": f" <- {args[1]}", "d": f" -> {out}"}, span) + "\n"
     if span and "swap_ab" in text:  # say why the decode choices are there (a new user asked)
-        text = (f"# M runs from {span[0]} to {span[1]} over the workloads. For M <= {DECODE_ROWS} (decode), swap_ab = true "
-                "puts N on the tile's 128 rows\n# and the tokens on its 16/32-wide side, and split_k (stream_k only) "
+        text = (f"# M runs from {span[0]} to {span[1]} over the workloads. For M <= {DECODE_ROWS} (decode), "
+                "swap_ab = true puts N on the tile's 128 rows\n# and the tokens on its 16/32-wide side, and split_k (stream_k only) "
                 "cuts K over the SMs; `ucutlass tune` keeps one\n# kernel per range of M (a dispatch). The rules set "
                 "aside the combinations CUTLASS cannot build.\n") + text
     return text
