@@ -15,8 +15,10 @@ from ucutlass.errors import UcutError
 from ucutlass.lang import parse_file
 from ucutlass.problem import find_problem, list_problems
 
+from shared_data import SHARED_SOL_EXECBENCH
+
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared" / "sol-execbench"
+SHARED = SHARED_SOL_EXECBENCH
 SHIPPED = [pid for pid, _ in list_problems()]
 LIMIT = 6000
 

@@ -21,11 +21,13 @@ from ucutlass.codegen import abi_of
 from ucutlass.emulate import emulate_kernel
 from ucutlass.errors import CheckError, UcutSyntaxError
 
+from shared_data import SHARED_SOL_EXECBENCH
+
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 ROOT = Path(__file__).resolve().parents[1]
-SOL = ROOT.parent / "shared" / "sol-execbench"
+SOL = SHARED_SOL_EXECBENCH
 L1_047 = SOL / "L1_047_attention_with_qk_norm_and_rope"
 EXAMPLE = ROOT / "examples" / "pipeline_attention_softcap_mask.ucut"
 
