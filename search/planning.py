@@ -44,7 +44,9 @@ class TunePlan:
             ext = self.binding.extents(w)
             sol = f"  T_SOL {format_time(t_sol_ms(w))}" if t_sol_ms and t_sol_ms(w) else ""  # as `ucutlass sol`
             dims = " ".join(f"{d}={v}" for d, v in ext.items())  # M N K, or attention's B Sq Sk Hq Hkv D
-            lines.append(f"  {w.label():<40} {dims}{sol}")
+            # The workload's own axes, unless the kernel's extents already say them (a GEMM's M is the axis M).
+            said = all(ext.get(a) == v for a, v in w.axes.items())
+            lines.append(f"  {dims:<40}{sol}" if said else f"  {w.label():<40} {dims}{sol}")
         return "\n".join(lines)
 
 
