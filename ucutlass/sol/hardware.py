@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ..paths import cache_dir  # one cache root for kernels and calibrations
 
@@ -82,11 +82,20 @@ class Hardware:
         raise HardwareError(f"{self.name}: no tensor-core rate for {precision!r} "
                             f"(rates for: {', '.join(sorted(self.flops))})")
 
-    def describe(self) -> str:
-        """One line: name, GPU, method, the bf16 rate and the bandwidth."""
-        bf16 = self.flops.get("bf16") or self.flops.get("fp16") or 0.0
-        text = (f"{self.name} ({self.gpu}; method {self.method}): bf16 {bf16 / 1e12:,.0f} TFLOP/s dense, "
-                f"DRAM {self.dram_bytes_per_s / 1e12:.2f} TB/s")
+    def describe(self, precisions: Sequence[str] = ()) -> str:
+        """One line: name, GPU, method, the dense tensor-core rate of each of ``precisions`` (default bf16; a
+        precision with no rate of its own shows the rate it is priced at, as :meth:`rate` prices it) and the
+        bandwidth."""
+        rates = []
+        for p in dict.fromkeys(precisions or ["bf16"]):
+            try:
+                flops, priced = self.rate(p)
+            except HardwareError:
+                continue
+            rates.append(f"{p} {flops / 1e12:,.0f}" + (f" (as {priced})" if priced != p else ""))
+        text = (f"{self.name} ({self.gpu}; method {self.method}): "
+                + (f"{', '.join(rates)} TFLOP/s dense, " if rates else "")
+                + f"DRAM {self.dram_bytes_per_s / 1e12:.2f} TB/s")
         if self.overhead_s:
             text += f", +{self.overhead_s * 1e6:.2f} µs per workload"
         if self.tf32_priced_as != "tf32":

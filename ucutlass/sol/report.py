@@ -35,7 +35,8 @@ def format_table(reports: Sequence[SolReport], hardware: Hardware | None = None)
             hardware = load_hardware(reports[0].hardware)
         except HardwareError:
             hardware = None
-    where = hardware.describe() if hardware else f"{reports[0].hardware} (method {reports[0].hardware_method})"
+    precisions = sorted({p for r in reports for p in r.flops_by_precision})
+    where = hardware.describe(precisions) if hardware else f"{reports[0].hardware} (method {reports[0].hardware_method})"
     head = f"{reports[0].problem_id} on {where}"
     rows = [("workload", "FLOPs", "precision", "bytes", "FLOP/B", "bound", "T_SOL")]
     for r in reports:
