@@ -96,6 +96,13 @@ def test_published_baseline_is_labelled_b200():
     prompt = build_prompt(problem)
     assert prompt.tokens < LIMIT
     assert "measured on a B200 (not this GPU)" in prompt.text
+    # the B200's bound is a column of its own: its headroom is not over this GPU's T_SOL
+    published = json.loads((SHARED / "FlashInfer-Bench_007_gemm_n4096_k4096" / "b200_sol.json").read_text())
+    row = published["sol"]["per_workload"][0]
+    label = problem.workloads[row["index"]].label()
+    assert "| B200 baseline | B200 T_SOL | B200 headroom" in prompt.text
+    line = next(x for x in prompt.text.splitlines() if x.startswith(f"{label} | "))
+    assert line.endswith(f"{row['baseline_latency_ms'] / row['sol_ms']:.1f}x")
     # none shipped: the program `ucutlass init` writes from the reference (issue 18, item 1)
     assert "## Starting program (written by `ucutlass init`" in prompt.text and "<- A" in prompt.text
 

@@ -212,14 +212,20 @@ def _sol_part(problem, gpu: str, study: Path | None, timeout_s: float | None) ->
     lines = [f"## Speed of light on {hw.name} ({hw.method})",
              "T_SOL = max(FLOPs / peak, bytes / bandwidth): no kernel is faster. Headroom = baseline / T_SOL."
              + (f" {source}." if source else " No baseline time is known yet."),
-             "workload | T_SOL | bound" + (" | baseline | headroom" if base else "")]
+             "workload | T_SOL | bound" + ("" if not base else " | baseline | headroom" if base_sol is None
+                                          # B200's columns say so: its headroom is not this table's T_SOL's
+                                          else " | B200 baseline | B200 T_SOL | B200 headroom")]
     for w in picked:
         r = analyze(problem, w, hw, timeout_s=timeout_s)
         row = f"{w.label()} | {_fmt_ms(r.t_sol_ms)} | {r.bound}"
         if base:
             b = base.get(w.uuid)
-            bound = (base_sol or {}).get(w.uuid, r.t_sol_ms) if base_sol is not None else r.t_sol_ms
-            row += f" | {_fmt_ms(b)} | {b / bound:.1f}x" if b and bound else " | - | -"
+            bound = base_sol.get(w.uuid) if base_sol is not None else r.t_sol_ms
+            if b and bound:
+                cells = [_fmt_ms(b)] + ([_fmt_ms(bound)] if base_sol is not None else []) + [f"{b / bound:.1f}x"]
+                row += " | " + " | ".join(cells)
+            else:
+                row += " | -" * (2 + (base_sol is not None))
         lines.append(row)
     if len(picked) < len(problem.workloads):
         lines.append(f"({len(picked)} of {len(problem.workloads)} workloads shown, spread over the list)")
