@@ -1,6 +1,6 @@
 """Where the grader's wall-clock check spends its µs (issue 16: a 29 µs pipeline failed UNTIMED_WORK on the H200).
 
-The check (grader/grader.py ``Grader._wall``, grader/timing.py ``wall``) times batches of (flush, spin, call,
+The check (grader/timed.py ``Grader._wall``, grader/timing.py ``wall``) times batches of (flush, spin, call,
 device-wide sync) with and without the call and compares the per-call difference with the events' median
 (grader/timing.py ``bench``: the same flush and spin, events around the call, no sync between calls). This runs
 both loops, with the grader's own primitives, on honest calls of growing host cost:
