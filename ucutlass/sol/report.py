@@ -36,7 +36,8 @@ def format_table(reports: Sequence[SolReport], hardware: Hardware | None = None)
         except HardwareError:
             hardware = None
     precisions = sorted({p for r in reports for p in r.flops_by_precision})
-    where = hardware.describe(precisions) if hardware else f"{reports[0].hardware} (method {reports[0].hardware_method})"
+    where = (hardware.describe(precisions) if hardware
+             else f"{reports[0].hardware} (method {reports[0].hardware_method})")
     head = f"{reports[0].problem_id} on {where}"
     rows = [("workload", "FLOPs", "precision", "bytes", "FLOP/B", "bound", "T_SOL")]
     for r in reports:
