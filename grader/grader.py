@@ -36,10 +36,10 @@ from .errors import GraderError
 from .housekeeping import (
     PROBLEM_COPY_BYTES,
     TMP_PREFIX,
-    _remove_stale_folders,
-    _snapshot_files,
-    _start_time,
-    _worker_env,
+    process_start_time,
+    remove_stale_folders,
+    snapshot_files,
+    worker_env,
 )
 from .inputs import ALL_VARIANTS, NORMAL, apply_variant, grader_options, routing_inputs, variants_for
 from .results import Correctness, Performance, Status, WorkloadResult, collect_environment
@@ -53,11 +53,11 @@ from .timed import (
     WALL_MS,
     WALL_REPEATS,
     TimedCalls,
-    _charged,
-    _replay,
+    charge_escaped,
+    replay_timing_loop,
 )
 from .timing import MAX_REPS, MIN_REPS, REP_MS, WARMUP_MS, BenchParams, LatencyStats
-from .trials import IN_PLACE_SHARE, CorrectnessTrials, _Fail, _is_tensor, _modified, _Tally
+from .trials import IN_PLACE_SHARE, CorrectnessTrials, ErrorTally, Failure, is_tensor, modified_inputs
 from .worker import Reply, Worker
 
 #: Default limit for one request to a worker (a load, one correctness call, one timing run's base).
@@ -186,13 +186,13 @@ class Grader(CorrectnessTrials, TimedCalls):
         self._last_solution: str | None = None
         self._graded: Counter[str] = Counter()
         self._environment: dict | None = None
-        _remove_stale_folders()
+        remove_stale_folders()
         self._tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
-        (self._tmp / "owner").write_text(f"{os.getpid()} {_start_time(os.getpid())}")
+        (self._tmp / "owner").write_text(f"{os.getpid()} {process_start_time(os.getpid())}")
         self._spawned = 0
         self._closed = False
         self._budget: dict[str, float] = {"used": 0.0}
-        self._problem_files = _snapshot_files(Path(problem.path))
+        self._problem_files = snapshot_files(Path(problem.path))
         _LIVE.add(self)
 
     # --- lifecycle -------------------------------------------------------------------------------------
@@ -248,7 +248,7 @@ class Grader(CorrectnessTrials, TimedCalls):
         except OSError:
             pass
         return Worker(problem, str(self.device), log, role, scratch=scratch, writable=("/dev", str(build)),
-                      env=_worker_env(scratch), confine=self.confine)
+                      env=worker_env(scratch), confine=self.confine)
 
     def _discard(self, role: str, replace: bool = True) -> None:
         """Stop a role's worker; with ``replace`` start its successor now, so it boots in the background."""
@@ -336,7 +336,7 @@ class Grader(CorrectnessTrials, TimedCalls):
     def _inputs(self, workload: Workload, seed: int, variant: str = NORMAL) -> tuple[dict[str, Any], list[Any]]:
         """Private inputs (for the reference) and shared copies (for a worker), in definition order."""
         priv = self._make_inputs(workload, seed, variant)
-        shared = [self._share(v.detach().clone()) if _is_tensor(v) else v for v in priv.values()]
+        shared = [self._share(v.detach().clone()) if is_tensor(v) else v for v in priv.values()]
         return priv, shared
 
     def _share(self, t):
@@ -409,7 +409,7 @@ class Grader(CorrectnessTrials, TimedCalls):
         import torch
 
         what = f"on workload {workload.label()}"
-        shared = [v if in_place or not _is_tensor(v) else self._share(v.detach().clone()) for v in inputs.values()]
+        shared = [v if in_place or not is_tensor(v) else self._share(v.detach().clone()) for v in inputs.values()]
         self._sync()
         out = self._fetch(self._problem_request({"op": "reference", "inputs": shared, "upcast": False}, what), what)
         del shared
@@ -437,7 +437,7 @@ class Grader(CorrectnessTrials, TimedCalls):
         what = f"computing the ground truth of {workload.label()}"
         if self.device.type == "cuda":
             self._trim()  # float64 needs several times the reference's memory: the candidate's cache given back
-        shared = [v if in_place or not _is_tensor(v) else self._share(v.detach().clone()) for v in inputs.values()]
+        shared = [v if in_place or not is_tensor(v) else self._share(v.detach().clone()) for v in inputs.values()]
         self._sync()
         r = self._problem_request({"op": "reference", "inputs": shared, "upcast": True}, what)
         del shared
@@ -555,7 +555,7 @@ class Grader(CorrectnessTrials, TimedCalls):
         ``NAME.changed-TIME`` (nothing is lost if it was the user's own edit). Added files are left alone.
         """
         folder = Path(self.problem.path)
-        now = _snapshot_files(folder)
+        now = snapshot_files(folder)
         changed = []
         for name in sorted(set(now) | set(self._problem_files)):
             before = self._problem_files.get(name)
@@ -573,7 +573,7 @@ class Grader(CorrectnessTrials, TimedCalls):
             except OSError:
                 pass
         if changed:  # report an added file (and the kept copies) once
-            for n, v in _snapshot_files(folder).items():
+            for n, v in snapshot_files(folder).items():
                 self._problem_files.setdefault(n, (v[0], None))
         return changed
 
@@ -591,7 +591,7 @@ class Grader(CorrectnessTrials, TimedCalls):
                               log=text, environment=self.environment(), correctness=correctness,
                               performance=performance, checks=dict(checks or {}))
 
-    def _reply_failure(self, r: Reply, stage: str) -> _Fail:
+    def _reply_failure(self, r: Reply, stage: str) -> Failure:
         self._after_failure("candidate", r)
         try:
             status = Status(r.status)
@@ -602,11 +602,11 @@ class Grader(CorrectnessTrials, TimedCalls):
                 ("PermissionError" in r.reason or "Permission denied" in r.reason or "Operation not permitted" in r.reason):
             reason += (" (the grader's sandbox: a candidate may write only beneath its scratch folder — its working "
                        "folder and $TMPDIR —, /dev and the C++ build cache, and signal only its own processes)")
-        return _Fail(status, reason, r.log)
+        return Failure(status, reason, r.log)
 
     def _grade_workload(self, solution: SolutionRef, wl: Workload, timed: bool, nonce: str) -> WorkloadResult:
         logs: list[str] = []
-        tally = _Tally()
+        tally = ErrorTally()
         checks: dict[str, Any] = {"variants": [], "inputs_rescaled": self.rescale_inputs}
         stage = {"trials": 0, "timed_sets": 0}
 
@@ -630,7 +630,7 @@ class Grader(CorrectnessTrials, TimedCalls):
             if not r.ok:
                 raise self._reply_failure(r, "loading the solution")
             perf = self._timing(worker, solution, wl, nonce, call_ms, tally, checks, stage, logs)
-        except _Fail as f:
+        except Failure as f:
             logs.append(f.log)
             if f.discard:
                 self._discard("candidate", replace=True)
@@ -650,7 +650,7 @@ def _join(logs: Sequence[str]) -> str:
 
 #: Names that moved to .timed, .trials and .housekeeping, still importable from here (tests import some of them
 #: from ucutlass.grader.grader). The code reads them where they are defined: patch them there.
-_MOVED = (PROBLEM_COPY_BYTES, ROTATE_BYTES, WALL_ATTEMPTS, WALL_MIN_CALLS, WALL_MAX_CALLS, IN_PLACE_SHARE, _charged,
-          _replay, _modified)
+_MOVED = (PROBLEM_COPY_BYTES, ROTATE_BYTES, WALL_ATTEMPTS, WALL_MIN_CALLS, WALL_MAX_CALLS, IN_PLACE_SHARE,
+          charge_escaped, replay_timing_loop, modified_inputs)
 
 __all__ = ["Grader", "TIMEOUT_S", "START_TIMEOUT_S", "ROTATE", "WALL_MS", "WALL_REPEATS"]

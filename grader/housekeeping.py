@@ -17,7 +17,7 @@ TMP_PREFIX = "ucutlass-grader-"
 PROBLEM_COPY_BYTES = 64 << 20
 
 
-def _start_time(pid: int) -> str:
+def process_start_time(pid: int) -> str:
     """When process ``pid`` started (field 22 of /proc/PID/stat, clock ticks since boot): with the pid, it
     names one process, even after the pid is reused."""
     try:
@@ -27,7 +27,7 @@ def _start_time(pid: int) -> str:
         return ""
 
 
-def _remove_stale_folders() -> None:
+def remove_stale_folders() -> None:
     """Remove the scratch folders of graders whose process is gone without closing them (killed with
     SIGKILL): their ``owner`` file names a process that no longer runs."""
     root = Path(tempfile.gettempdir())
@@ -40,11 +40,11 @@ def _remove_stale_folders() -> None:
             pid, started = (folder / "owner").read_text().split()
         except (OSError, ValueError):
             continue  # not ours to judge (an older grader's, or being made now)
-        if _start_time(int(pid)) != started:
+        if process_start_time(int(pid)) != started:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _worker_env(scratch: Path) -> dict[str, str]:
+def worker_env(scratch: Path) -> dict[str, str]:
     """A worker's environment: this process's, with every cache and temporary folder a library writes to
     moved into the worker's scratch folder (the only one it may write besides /dev and the build cache)."""
     env = dict(os.environ)
@@ -56,7 +56,7 @@ def _worker_env(scratch: Path) -> dict[str, str]:
     return env
 
 
-def _snapshot_files(folder: Path) -> dict[str, tuple[str, bytes | None]]:
+def snapshot_files(folder: Path) -> dict[str, tuple[str, bytes | None]]:
     """``{name: (sha256, content)}`` of the regular files in a problem's folder (content kept up to
     :data:`PROBLEM_COPY_BYTES` in all, so a rewritten file can be restored)."""
     out: dict[str, tuple[str, bytes | None]] = {}

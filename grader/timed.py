@@ -1,8 +1,8 @@
 """The timing of a grade: the reference's and the candidate's timing runs, their checked calls, the wall-clock check.
 
 :class:`TimedCalls` is mixed into :class:`~ucutlass.grader.grader.Grader`; with it go the input sets rotated among
-in timing (:class:`_TimingSet`), the replay of the worker's timing loop from its reply (:func:`_replay`), and the
-charge of time that escaped the events (:func:`_charged`).
+in timing (:class:`_TimingSet`), the replay of the worker's timing loop from its reply
+(:func:`replay_timing_loop`), and the charge of time that escaped the events (:func:`charge_escaped`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .inputs import rescalable, rescale, rescale_factor
 from .results import Performance, Status
 from .solutions import SolutionRef, reference_solution
 from .timing import BenchParams, LatencyStats, latency_stats, reps_for
-from .trials import _Fail, _Tally, _bits, _is_tensor, _modified, _nbytes
+from .trials import ErrorTally, Failure, is_tensor, modified_inputs, raw_bits, tensor_nbytes
 from .worker import Worker
 
 #: Input sets rotated among in timing, at most, and the memory they may take together.
@@ -37,7 +37,7 @@ WALL_MIN_CALLS = 8
 WALL_MAX_CALLS = 2000
 
 
-def _charged(perf: Performance, escaped_ms: float) -> Performance:
+def charge_escaped(perf: Performance, escaped_ms: float) -> Performance:
     """``perf`` with ``escaped_ms`` (the wall check's time per call outside the events) added to the candidate's
     median, p20 and p80, and its speedup recomputed: what it pays in the wall check's charge zone."""
     latency = perf.latency_ms + escaped_ms
@@ -107,7 +107,7 @@ class TimedCalls:
             priv = self._make_inputs(workload, self.seed_of(i, workload, purpose, solution))
             base, work, rescaled = [], [], []
             for j, v in enumerate(priv.values()):
-                if not _is_tensor(v):
+                if not is_tensor(v):
                     base.append(v)
                     work.append(v)
                     continue
@@ -121,7 +121,7 @@ class TimedCalls:
             outs, check = self._outputs(workload), self._outputs(workload)
             if i == 0:
                 copies = 2 + int(keep_private)
-                nbytes = sum(_nbytes(v) for v in priv.values()) * copies + sum(_nbytes(o) for o in outs) * 2
+                nbytes = sum(tensor_nbytes(v) for v in priv.values()) * copies + sum(tensor_nbytes(o) for o in outs) * 2
                 n = max(1, min(self.rotate, ROTATE_BYTES // max(nbytes, 1)))
             sets.append(_TimingSet(priv if keep_private else None, base, work, outs, check, rescaled, list(priv)))
             del priv
@@ -164,7 +164,7 @@ class TimedCalls:
     # --- timing ----------------------------------------------------------------------------------------
 
     def _timing(self, worker: Worker, solution: SolutionRef, wl: Workload, nonce: str, call_ms: float,
-                tally: _Tally, checks: dict, stage: dict, logs: list[str]) -> Performance:
+                tally: ErrorTally, checks: dict, stage: dict, logs: list[str]) -> Performance:
         """The reference's time, the candidate's timing run with its checked calls, the wall-clock check."""
         ref_stats = self._reference_stats(wl)
         key = solution.key()
@@ -181,25 +181,25 @@ class TimedCalls:
         data = r.data
         snaps = {i: [c.clone() for c in s.check] for i, s in enumerate(sets)}  # copied out at once
         self._sync()
-        uses, bad = _replay(data, len(sets), self.params)
+        uses, bad = replay_timing_loop(data, len(sets), self.params)
         if bad:
-            raise _Fail(Status.TAMPERED, f"timing: the worker's reply is inconsistent with the timing loop: {bad}",
+            raise Failure(Status.TAMPERED, f"timing: the worker's reply is inconsistent with the timing loop: {bad}",
                         discard=True)
         checks["l2_persisting_resets"] = int(data.get("l2_persisting_resets", 0) or 0)
         try:
             stats = latency_stats(data.get("times_ms", []))
         except ValueError as e:
-            raise _Fail(Status.RUNTIME_ERROR, f"timing: {e}", with_correctness=True) from None
+            raise Failure(Status.RUNTIME_ERROR, f"timing: {e}", with_correctness=True) from None
         for i, s in enumerate(sets):  # inputs as the last timed call left them (before wall batches move on)
             if in_place:
                 changed = self._moved_in_place(s, sums[i], rescale_factor(plan["seed"], i, uses["final"][i]))
             else:
                 seen = {name: (rescale(v, rescale_factor(plan["seed"], i, uses["final"][i])) if j in s.rescaled
                                else v) for j, (name, v) in enumerate(s.private.items())}  # type: ignore[union-attr]
-                changed = _modified(s.private, s.base) + [f"{n} (working copy)" for n in
-                                                          _modified(seen, s.work, only=s.rescaled)]
+                changed = modified_inputs(s.private, s.base) + [f"{n} (working copy)" for n in
+                                                          modified_inputs(seen, s.work, only=s.rescaled)]
             if changed:
-                raise _Fail(Status.INPUT_MODIFIED, f"timing: the candidate changed input(s) {', '.join(changed)}")
+                raise Failure(Status.INPUT_MODIFIED, f"timing: the candidate changed input(s) {', '.join(changed)}")
         wall = self._wall(worker, key, float(data.get("estimate_ms", 0.0)), stats.median_ms, logs) \
             if self.wall_check else None
         if wall is not None:
@@ -210,7 +210,7 @@ class TimedCalls:
             for i, s in enumerate(sets):
                 moved = digest_changed(sums[i], self._digest.of_all(s.named_base()))
                 if moved:
-                    raise _Fail(Status.INPUT_MODIFIED, f"timing: the candidate changed input(s) {', '.join(moved)} "
+                    raise Failure(Status.INPUT_MODIFIED, f"timing: the candidate changed input(s) {', '.join(moved)} "
                                 "during the wall-clock check (seen by keyed checksums)")
                 s.work = []  # the working copies, given back before the reference's inputs are made
         # Only now do expected outputs exist (no candidate code runs after this): every checked timed call.
@@ -243,10 +243,10 @@ class TimedCalls:
             if not wall["ok"] and wall_chargeable(escaped, allowed, stats.median_ms):
                 # Close to the events: charged at the wall clock's time, not failed (guards.wall_chargeable).
                 wall["charged_ms"] = escaped
-                perf = _charged(perf, escaped)
+                perf = charge_escaped(perf, escaped)
                 logs.append(f"timing: latency charged {escaped:.4g} ms per call: {measured}")
             elif not wall["ok"]:
-                raise _Fail(Status.UNTIMED_WORK, f"timing: {measured}: work on another stream, work left after the "
+                raise Failure(Status.UNTIMED_WORK, f"timing: {measured}: work on another stream, work left after the "
                             "call returned, or forged times", with_correctness=True, performance=perf, discard=True)
         faster = t_sol is not None and perf.latency_ms < t_sol
         if not faster:
@@ -260,7 +260,7 @@ class TimedCalls:
 
         out = digest_changed(sums, self._digest.of_all(s.named_base()))
         for j in s.rescaled:
-            if not out and not torch.equal(_bits(rescale(s.base[j], factor)), _bits(s.work[j])):
+            if not out and not torch.equal(raw_bits(rescale(s.base[j], factor)), raw_bits(s.work[j])):
                 out.append(f"{s.names[j]} (working copy)")
         return out
 
@@ -334,7 +334,7 @@ class TimedCalls:
             return None
 
 
-def _replay(data: Mapping[str, Any], n_sets: int, params: BenchParams) -> tuple[dict, str]:
+def replay_timing_loop(data: Mapping[str, Any], n_sets: int, params: BenchParams) -> tuple[dict, str]:
     """What the timing loop must have done, from the numbers the worker reported, and whether they agree.
 
     Returns:

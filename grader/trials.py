@@ -2,8 +2,8 @@
 the reference's (tolerance) and the ground truth (accuracy), its inputs checked unchanged.
 
 :class:`CorrectnessTrials` is mixed into :class:`~ucutlass.grader.grader.Grader`; with it go the failure of a
-workload (:class:`_Fail`), the worst errors over a workload (:class:`_Tally`) and the bitwise comparison of inputs
-(:func:`_modified`), which the timing (:mod:`.timed`) uses too.
+workload (:class:`Failure`), the worst errors over a workload (:class:`ErrorTally`) and the bitwise comparison of
+inputs (:func:`modified_inputs`), which the timing (:mod:`.timed`) uses too.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .worker import Worker
 IN_PLACE_SHARE = 0.25
 
 
-class _Fail(Exception):
+class Failure(Exception):
     """A failed workload, raised inside the grading of one workload and turned into its result."""
 
     def __init__(self, status: Status, reason: str, log: str = "", with_correctness: bool = False,
@@ -40,7 +40,7 @@ class _Fail(Exception):
         self.discard = discard  # the worker, still running, must be replaced (out of step, work left)
 
 
-class _Tally:
+class ErrorTally:
     """Worst errors and accuracy over every comparison of one workload."""
 
     def __init__(self):
@@ -65,9 +65,9 @@ class CorrectnessTrials:
 
     # --- correctness -----------------------------------------------------------------------------------
 
-    def _correctness(self, worker: Worker, solution: SolutionRef, wl: Workload, nonce: str, tally: _Tally,
+    def _correctness(self, worker: Worker, solution: SolutionRef, wl: Workload, nonce: str, tally: ErrorTally,
                      checks: dict, stage: dict, logs: list[str]) -> float:
-        """Every trial (one input distribution each), then one on an unlisted shape; raises _Fail."""
+        """Every trial (one input distribution each), then one on an unlisted shape; raises Failure."""
         call_ms = 0.0
         for trial in range(self.trials):
             variant = self.variants[trial % len(self.variants)]
@@ -92,7 +92,7 @@ class CorrectnessTrials:
             return call_ms
         try:
             self._trial(worker, solution, uw, priv, tally, logs, label, tolerance=wl.tolerance)
-        except _Fail as f:
+        except Failure as f:
             if not self._reference_runs(priv, uw):
                 checks["unlisted_shape"] = {"workload": uw.label(), "skipped": "the reference fails on it"}
                 return call_ms
@@ -111,12 +111,12 @@ class CorrectnessTrials:
         except GraderError:
             return False
 
-    def _trial(self, worker: Worker, solution: SolutionRef, wl: Workload, priv: dict[str, Any], tally: _Tally,
+    def _trial(self, worker: Worker, solution: SolutionRef, wl: Workload, priv: dict[str, Any], tally: ErrorTally,
                logs: list[str], label: str, tolerance=None) -> float:
-        """One correctness call on fresh shared copies of ``priv``; returns its wall time, raises _Fail."""
+        """One correctness call on fresh shared copies of ``priv``; returns its wall time, raises Failure."""
         if not self._keeps_copy(_bytes(priv)):
             return self._trial_in_place(solution, wl, priv, tally, logs, label, tolerance)
-        shared = [self._share(v.detach().clone()) if _is_tensor(v) else v for v in priv.values()]
+        shared = [self._share(v.detach().clone()) if is_tensor(v) else v for v in priv.values()]
         outs = self._outputs(wl)
         self._sync()
         r = self._ask(worker, {"op": "call", "key": solution.key(), "inputs": shared, "outputs": outs}, self.timeout_s)
@@ -125,9 +125,9 @@ class CorrectnessTrials:
         logs.append(r.log)
         got = [o.clone() for o in outs]  # what is judged: copied out before anything else happens
         self._sync()
-        changed = _modified(priv, shared)
+        changed = modified_inputs(priv, shared)
         if changed:
-            raise _Fail(Status.INPUT_MODIFIED, f"{label}: the candidate changed input(s) {', '.join(changed)}")
+            raise Failure(Status.INPUT_MODIFIED, f"{label}: the candidate changed input(s) {', '.join(changed)}")
         del shared, outs
         self._judge(got, priv, wl, tolerance or wl.tolerance, tally, label)
         return float(r.data.get("wall_ms", 0.0))
@@ -151,7 +151,7 @@ class CorrectnessTrials:
         return sum(k * torch.empty((), dtype=torch_dtype(self.problem.inputs[n].dtype)).element_size()
                    for n, k in sizes.items())
 
-    def _trial_in_place(self, solution: SolutionRef, wl: Workload, priv: dict[str, Any], tally: _Tally,
+    def _trial_in_place(self, solution: SolutionRef, wl: Workload, priv: dict[str, Any], tally: ErrorTally,
                         logs: list[str], label: str, tolerance=None) -> float:
         """One correctness call on the grader's own inputs, for inputs too large to copy: keyed checksums
         (:mod:`.digest`) before and after the call. The candidate's worker is stopped right after its outputs
@@ -162,7 +162,7 @@ class CorrectnessTrials:
         if not r.ok:
             raise self._reply_failure(r, "loading the solution")
         for v in priv.values():
-            if _is_tensor(v):
+            if is_tensor(v):
                 self._share(v)  # a CPU tensor moves to shared memory in place (no copy kept)
         before = self._digest.of_all(priv)
         outs = self._outputs(wl)
@@ -181,7 +181,7 @@ class CorrectnessTrials:
         logs.append(r.log)
         moved = digest_changed(before, self._digest.of_all(priv))
         if moved:
-            raise _Fail(Status.INPUT_MODIFIED, f"{label}: the candidate changed input(s) {', '.join(moved)} "
+            raise Failure(Status.INPUT_MODIFIED, f"{label}: the candidate changed input(s) {', '.join(moved)} "
                         "(seen by keyed checksums: these inputs are too large for a private copy)")
         ref = self._reference(priv, wl, in_place=True)
         moved = digest_changed(before, self._digest.of_all(priv))
@@ -191,7 +191,7 @@ class CorrectnessTrials:
         self._judge(got, priv, wl, tolerance or wl.tolerance, tally, label, ref=ref, in_place=True)
         return float(r.data.get("wall_ms", 0.0))
 
-    def _judge(self, got: Sequence[Any], inputs: Mapping[str, Any], wl: Workload, tol, tally: _Tally,
+    def _judge(self, got: Sequence[Any], inputs: Mapping[str, Any], wl: Workload, tol, tally: ErrorTally,
                label: str, ref: dict[str, Any] | None = None, in_place: bool = False) -> None:
         """Tolerance (INCORRECT_NUMERICAL), then accuracy against the ground truth (INCORRECT_ACCURACY);
         ``ref``: the reference's outputs where already computed; ``in_place``: the problem's code runs on
@@ -210,7 +210,7 @@ class CorrectnessTrials:
             # Against the reference its own rounding counts against the candidate: judged against the truth.
             ok, note = tolerance_against_truth(buf, ref[name], truth.get(name) if truth else None, tol, name)
             if not ok:
-                raise _Fail(Status.INCORRECT_NUMERICAL, f"{label}: {reason}" + (f" ({note})" if note else ""),
+                raise Failure(Status.INCORRECT_NUMERICAL, f"{label}: {reason}" + (f" ({note})" if note else ""),
                             with_correctness=True)
             tally.acc["tolerance_against_truth"] = tally.acc.get("tolerance_against_truth", 0) + 1
             tally.acc.setdefault("tolerance_against_truth_note", f"{label}: {note}")
@@ -232,10 +232,10 @@ class CorrectnessTrials:
                                  ratio=ratio, output=name)
             tally.acc["sparse_fraction"] = max(tally.acc.get("sparse_fraction", 0.0), a.sparse_fraction or 0.0)
             if not a.ok:
-                raise _Fail(Status.INCORRECT_ACCURACY, f"{label}: {a.reason}", with_correctness=True)
+                raise Failure(Status.INCORRECT_ACCURACY, f"{label}: {a.reason}", with_correctness=True)
 
 
-def _bits(t):
+def raw_bits(t):
     import torch
 
     t = t.detach().contiguous().reshape(-1)
@@ -245,7 +245,7 @@ def _bits(t):
         if t.element_size() in (1, 2, 4, 8) else t
 
 
-def _modified(expected: Mapping[str, Any], actual: Sequence[Any], only: Sequence[int] | None = None) -> list[str]:
+def modified_inputs(expected: Mapping[str, Any], actual: Sequence[Any], only: Sequence[int] | None = None) -> list[str]:
     """Names of tensor inputs whose bits differ between ``expected`` (by name) and ``actual`` (in order)."""
     import torch
 
@@ -253,22 +253,22 @@ def _modified(expected: Mapping[str, Any], actual: Sequence[Any], only: Sequence
     for j, ((name, e), a) in enumerate(zip(expected.items(), actual)):
         if only is not None and j not in only:
             continue
-        if not (_is_tensor(e) and _is_tensor(a)):
+        if not (is_tensor(e) and is_tensor(a)):
             continue
-        if e.shape != a.shape or e.dtype != a.dtype or not torch.equal(_bits(e), _bits(a.to(e.device))):
+        if e.shape != a.shape or e.dtype != a.dtype or not torch.equal(raw_bits(e), raw_bits(a.to(e.device))):
             out.append(name)
     return out
 
 
-def _is_tensor(v: Any) -> bool:
+def is_tensor(v: Any) -> bool:
     import torch
 
     return isinstance(v, torch.Tensor)
 
 
-def _nbytes(v: Any) -> int:
-    return v.numel() * v.element_size() if _is_tensor(v) else 0
+def tensor_nbytes(v: Any) -> int:
+    return v.numel() * v.element_size() if is_tensor(v) else 0
 
 
 def _bytes(values: Mapping[str, Any]) -> int:
-    return sum(_nbytes(v) for v in values.values())
+    return sum(tensor_nbytes(v) for v in values.values())

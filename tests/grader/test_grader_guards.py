@@ -15,7 +15,7 @@ from grader_helpers import gemm_problem  # noqa: F401  (fixtures)
 
 from ucutlass.grader import GUARD_STATUSES, Status, summarize
 from ucutlass.grader.accuracy import check_accuracy, ground_truth, normalized_errors
-from ucutlass.grader.grader import Grader, _modified, _replay
+from ucutlass.grader.grader import Grader, modified_inputs, replay_timing_loop
 from ucutlass.grader.guards import Integrity, ThreadWatch, aliasing, wall_chargeable, wall_verdict
 from ucutlass.grader.inputs import (
     ADVERSARIAL_ROUTING,
@@ -357,12 +357,12 @@ def test_wall_charge_zone():
 
 
 def test_a_charged_latency_pays_what_escaped():
-    from ucutlass.grader.grader import _charged
+    from ucutlass.grader.grader import charge_escaped
     from ucutlass.grader.results import Performance
 
     perf = Performance(latency_ms=0.019, latency_p20_ms=0.018, latency_p80_ms=0.021, reference_latency_ms=0.138,
                        speedup_factor=0.138 / 0.019, t_sol_ms=None, sol_score=None, timed_calls=100)
-    c = _charged(perf, 0.0085)
+    c = charge_escaped(perf, 0.0085)
     assert math.isclose(c.latency_ms, 0.0275) and math.isclose(c.latency_p20_ms, 0.0265)
     assert math.isclose(c.latency_p80_ms, 0.0295) and math.isclose(c.speedup_factor, 0.138 / 0.0275)
 
@@ -376,10 +376,10 @@ def test_a_charged_row_says_so_in_the_table():
 
 def test_inputs_modified_compares_bits():
     e = {"x": torch.tensor([1.0, float("nan")]), "n": 3}
-    assert _modified(e, [torch.tensor([1.0, float("nan")]), 3]) == []
-    assert _modified(e, [torch.tensor([1.0, 2.0]), 3]) == ["x"]
-    assert _modified(e, [torch.tensor([-0.0 + 1.0, float("nan")]).neg().neg(), 3]) == []
-    assert _modified({"x": torch.tensor([0.0])}, [torch.tensor([-0.0])]) == ["x"]  # -0.0 is another input
+    assert modified_inputs(e, [torch.tensor([1.0, float("nan")]), 3]) == []
+    assert modified_inputs(e, [torch.tensor([1.0, 2.0]), 3]) == ["x"]
+    assert modified_inputs(e, [torch.tensor([-0.0 + 1.0, float("nan")]).neg().neg(), 3]) == []
+    assert modified_inputs({"x": torch.tensor([0.0])}, [torch.tensor([-0.0])]) == ["x"]  # -0.0 is another input
 
 
 # --- the timing reply must agree with the loop ---------------------------------------------------------
@@ -390,13 +390,13 @@ def test_replay_of_a_timing_reply():
     good = {"times_ms": [0.4] * n, "warmup_calls": 3, "estimate_ms": 0.4,
             "counts": [len(range(k, 3, 4)) + len(range(k, n, 4)) for k in range(4)],
             "snapshots": [[0, 4], [1, 1], [2, 2], [3, 7]]}
-    uses, bad = _replay(good, 4, p)
+    uses, bad = replay_timing_loop(good, 4, p)
     assert bad == "" and uses["snapshots"] == {0: 1 + 1, 1: 1 + 0, 2: 1 + 0, 3: 0 + 1}  # warm-up used sets 0-2
     assert uses["final"] == {k: good["counts"][k] - 1 for k in range(4)}
     for change, words in [({"counts": None}, "fields missing"), ({"times_ms": [0.4] * (n - 1)}, "timed calls"),
                           ({"warmup_calls": 1}, "warm-up"), ({"snapshots": [[0, 1]]}, "not a timed call"),
                           ({"snapshots": [[0, 4]]}, "no checked call"), ({"counts": [1, 1, 1, 1]}, "preparations")]:
-        _, bad = _replay({**good, **change}, 4, p)
+        _, bad = replay_timing_loop({**good, **change}, 4, p)
         assert words in bad, (change, bad)
 
 

@@ -311,10 +311,10 @@ def test_a_killed_graders_folder_is_removed_by_the_next(tmp_path, monkeypatch):
     (dead / "owner").write_text(f"{gone.pid} 1")  # a start time no live process with this pid has
     alive = tmp_path / (grader_module.TMP_PREFIX + "alive")
     alive.mkdir()
-    (alive / "owner").write_text(f"{os.getpid()} {grader_module._start_time(os.getpid())}")
+    (alive / "owner").write_text(f"{os.getpid()} {grader_module.process_start_time(os.getpid())}")
     unowned = tmp_path / (grader_module.TMP_PREFIX + "unowned")
     unowned.mkdir()
-    grader_module._remove_stale_folders()
+    grader_module.remove_stale_folders()
     assert not dead.exists() and alive.exists() and unowned.exists()
 
 
