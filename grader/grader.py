@@ -34,7 +34,6 @@ from .check import empty_poisoned
 from .digest import InputDigest
 from .errors import GraderError
 from .housekeeping import (
-    PROBLEM_COPY_BYTES,
     TMP_PREFIX,
     process_start_time,
     remove_stale_folders,
@@ -44,20 +43,9 @@ from .housekeeping import (
 from .inputs import ALL_VARIANTS, NORMAL, apply_variant, grader_options, routing_inputs, variants_for
 from .results import Correctness, Performance, Status, WorkloadResult, collect_environment
 from .solutions import SolutionRef, build_cache_dir
-from .timed import (
-    ROTATE,
-    ROTATE_BYTES,
-    WALL_ATTEMPTS,
-    WALL_MAX_CALLS,
-    WALL_MIN_CALLS,
-    WALL_MS,
-    WALL_REPEATS,
-    TimedCalls,
-    charge_escaped,
-    replay_timing_loop,
-)
+from .timed import ROTATE, WALL_MS, WALL_REPEATS, TimedCalls
 from .timing import MAX_REPS, MIN_REPS, REP_MS, WARMUP_MS, BenchParams, LatencyStats
-from .trials import IN_PLACE_SHARE, CorrectnessTrials, ErrorTally, Failure, is_tensor, modified_inputs
+from .trials import CorrectnessTrials, ErrorTally, Failure, is_tensor
 from .worker import Reply, Worker
 
 #: Default limit for one request to a worker (a load, one correctness call, one timing run's base).
@@ -647,10 +635,5 @@ class Grader(CorrectnessTrials, TimedCalls):
 def _join(logs: Sequence[str]) -> str:
     return "\n".join(x.strip("\n") for x in logs if x and x.strip())
 
-
-#: Names that moved to .timed, .trials and .housekeeping, still importable from here (tests import some of them
-#: from ucutlass.grader.grader). The code reads them where they are defined: patch them there.
-_MOVED = (PROBLEM_COPY_BYTES, ROTATE_BYTES, WALL_ATTEMPTS, WALL_MIN_CALLS, WALL_MAX_CALLS, IN_PLACE_SHARE,
-          charge_escaped, replay_timing_loop, modified_inputs)
 
 __all__ = ["Grader", "TIMEOUT_S", "START_TIMEOUT_S", "ROTATE", "WALL_MS", "WALL_REPEATS"]

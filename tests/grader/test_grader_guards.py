@@ -15,7 +15,9 @@ from grader_helpers import gemm_problem  # noqa: F401  (fixtures)
 
 from ucutlass.grader import GUARD_STATUSES, Status, summarize
 from ucutlass.grader.accuracy import check_accuracy, ground_truth, normalized_errors
-from ucutlass.grader.grader import Grader, modified_inputs, replay_timing_loop
+from ucutlass.grader.grader import Grader
+from ucutlass.grader.timed import replay_timing_loop
+from ucutlass.grader.trials import modified_inputs
 from ucutlass.grader.guards import Integrity, ThreadWatch, aliasing, wall_chargeable, wall_verdict
 from ucutlass.grader.inputs import (
     ADVERSARIAL_ROUTING,
@@ -357,7 +359,7 @@ def test_wall_charge_zone():
 
 
 def test_a_charged_latency_pays_what_escaped():
-    from ucutlass.grader.grader import charge_escaped
+    from ucutlass.grader.timed import charge_escaped
     from ucutlass.grader.results import Performance
 
     perf = Performance(latency_ms=0.019, latency_p20_ms=0.018, latency_p80_ms=0.021, reference_latency_ms=0.138,
