@@ -21,14 +21,10 @@ CHUNK_WORDS = 1 << 25
 
 
 class InputDigest:
-    """Keyed checksums of tensors; one key per instance (a fresh grader, a fresh key).
+    """Keyed checksums of tensors; one key per instance (a fresh grader, a fresh key). The weights are drawn on
+    each tensor's own device."""
 
-    Args:
-        device: where the weights are drawn (the tensors' device: ``torch.device``).
-    """
-
-    def __init__(self, device):
-        self.device = device
+    def __init__(self):
         self._key = secrets.randbits(62)
 
     def of(self, t) -> int:

@@ -167,7 +167,7 @@ class Grader(CorrectnessTrials, TimedCalls):
         self.solution_timeout_s = float(solution_timeout_s)
         self.confine = (os.environ.get("UCUTLASS_GRADER_CONFINE", "1") != "0") if confine is None else bool(confine)
         self.private_inputs = private_inputs
-        self._digest = InputDigest(dev)
+        self._digest = InputDigest()
         self._routing = routing_inputs(problem)
         self._ref_times: dict[str, LatencyStats] = {}
         self._workers: dict[str, Worker | None] = {"candidate": None, "reference": None}
