@@ -297,19 +297,20 @@ def test_grade_keeps_the_workloads_graded_before_the_grader_stops(tmp_path, caps
 
 def test_grade_picks_workloads_by_index_uuid_or_smallest(capsys):
     """`--workload` (a new user had to copy a problem folder to grade its smallest workload alone)."""
-    from ucutlass.cli import _pick_workload, main
+    from ucutlass.cli import main
+    from ucutlass.cli.grade import pick_workload
     from ucutlass.errors import UcutError
     from ucutlass.init.capture import smallest_workload
     from ucutlass.problem import find_problem
 
     p = find_problem("o_proj_residual_llama3_1_8b")
     small = smallest_workload(p)
-    assert _pick_workload(p, "smallest") == small and _pick_workload(p, "2") == p.workloads[2]
-    assert _pick_workload(p, small.uuid) == small
+    assert pick_workload(p, "smallest") == small and pick_workload(p, "2") == p.workloads[2]
+    assert pick_workload(p, small.uuid) == small
     with pytest.raises(UcutError, match=r"--workload 999: o_proj_residual_llama3_1_8b has \d+ workloads"):
-        _pick_workload(p, "999")
+        pick_workload(p, "999")
     with pytest.raises(UcutError, match="no workload uuids .* match; give an index"):
-        _pick_workload(p, "no-such-uuid")
+        pick_workload(p, "no-such-uuid")
     src = REPO / "examples/pipeline_o_proj_residual.ucut"
     assert main(["grade", str(src), "o_proj_residual_llama3_1_8b", "--emulate", "--workload", "smallest",
                  "--workload", str(small.index)]) == 0  # the same workload named twice is graded once

@@ -390,7 +390,7 @@ def test_compile_emits_every_kernel_of_a_dispatch(capsys, tmp_path):
 def test_grade_builds_every_kernel_and_grades_the_dispatch_as_one_solution(monkeypatch, tmp_path):
     import ucutlass.build
     from ucutlass.build import BuildResult
-    from ucutlass.cli import _solution_for_file
+    from ucutlass.cli.grade import solution_for_file
 
     built = []
 
@@ -403,13 +403,13 @@ def test_grade_builds_every_kernel_and_grades_the_dispatch_as_one_solution(monke
     path = tmp_path / "d.ucut"
     path.write_text(DISPATCH)
     problem = find_problem(PROBLEM)
-    ref = _solution_for_file(str(path), problem, argparse.Namespace(pick=[], kernel=None))
+    ref = solution_for_file(str(path), problem, argparse.Namespace(pick=[], kernel=None))
     assert [k.name for k in built] == ["decode", "mid", "large"]
     assert [k.when for k in built] == [("M", 64), ("M", 1024), None]
     assert ref.loader == LOADER and ref.name == "d (decode, mid, large)"
     assert ref.payload["so_paths"] == {n: str(tmp_path / f"{n}.so") for n in ("decode", "mid", "large")}
     assert "so_path" not in ref.payload and ref.payload["source"] == DISPATCH
-    one = _solution_for_file(str(path), problem, argparse.Namespace(pick=[], kernel="mid"))
+    one = solution_for_file(str(path), problem, argparse.Namespace(pick=[], kernel="mid"))
     assert one.payload["kernel"] == "mid" and one.payload["so_path"] == str(tmp_path / "mid.so")
 
 
