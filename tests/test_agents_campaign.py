@@ -182,8 +182,10 @@ def test_cli_campaign_bad_input(capsys, tmp_path):
     assert "--budget N is required" in capsys.readouterr().err
     assert main(["campaign", "no_such_problem", "--budget", "4"]) == 1
     assert "no_such_problem" in capsys.readouterr().err
-    assert main(["campaign", PROBLEM, "--budget", "0", "--out", str(tmp_path)]) == 1
-    assert "--budget must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:  # a usage error (exit 2): nothing is started
+        main(["campaign", PROBLEM, "--budget", "0", "--out", str(tmp_path)])
+    assert usage.value.code == 2
+    assert "--budget: expected an integer >= 1, got 0" in capsys.readouterr().err
     assert main(["campaign", "--replay", str(tmp_path / "none")]) == 1
     assert main(["campaign", "--replay", str(tmp_path), "--rule", "x"]) == 1
     assert "EPS:W" in capsys.readouterr().err

@@ -320,3 +320,37 @@ def test_grade_picks_workloads_by_index_uuid_or_smallest(capsys):
     assert main(["grade", str(src), "o_proj_residual_llama3_1_8b", "--emulate", "--workload", "999"]) != 0
     captured = capsys.readouterr()
     assert "has" in captured.err and "workloads" in captured.err and "pipeline" not in captured.out + captured.err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tune", "P", "--time-limit", "-10"], "--time-limit: expected a number of seconds > 0, got -10"),
+    (["tune", "P", "--time-limit", "nan"], "--time-limit: expected a number of seconds > 0, got nan"),
+    (["tune", "P", "--trials", "0"], "--trials: expected an integer >= 1, got 0"),
+    (["tune", "P", "--jobs", "0"], "--jobs: expected an integer >= 1, got 0"),
+    (["tune", "P", "--max-workloads", "0"], "--max-workloads: expected an integer >= 1, got 0"),
+    (["tune", "P", "--epsilon", "nan"], "--epsilon: expected a finite number, got nan"),
+    (["tune", "P", "--dispatch", "0"], "--dispatch: expected an integer >= 1, got 0"),
+    (["tune", "P", "--batch", "0"], "--batch: expected an integer >= 1, got 0"),
+    (["tune", "P", "--workers", "two"], "--workers: expected an integer >= 1, got 'two'"),
+    (["tune", "P", "--patience", "0"], "--patience: expected an integer >= 1, got 0"),
+    (["grade", "F", "P", "--workloads", "0"], "--workloads: expected an integer >= 1, got 0"),
+    (["grade", "F", "P", "--timeout", "0"], "--timeout: expected a number of seconds > 0, got 0"),
+    (["compile", "F", "--timeout", "inf"], "--timeout: expected a number of seconds > 0, got inf"),
+    (["prompt", "P", "--max-tokens", "-5"], "--max-tokens: expected an integer >= 1, got -5"),
+    (["campaign", "P", "--budget", "4", "--window", "0"], "--window: expected an integer >= 1, got 0"),
+    (["campaign", "P", "--budget", "4", "--epsilon", "-0.5"], "--epsilon: expected a number >= 0, got -0.5"),
+])
+def test_counts_and_durations_out_of_range_are_usage_errors(argv, message, capsys):
+    """A count or a duration out of range is refused by name before anything runs (a negative --time-limit used to
+    skip the search silently and grade the first legal picks; --max-workloads 0 measured one workload)."""
+    with pytest.raises(SystemExit) as usage:
+        main(argv)
+    assert usage.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_off_still_turns_a_campaign_rule_off():
+    from ucutlass.cli import build_parser
+
+    args = build_parser().parse_args(["campaign", "P", "--budget", "4", "--window", "off", "--epsilon", "off"])
+    assert args.window is None and args.epsilon is None

@@ -233,5 +233,7 @@ def test_tune_dry_run_timeout_bounds_its_t_sol(tmp_path, capsys):
     assert rc == 1, (out, err)
     assert "error: broken problem sleepy_gemm: its reference did not finish counting workload M=128 within 3 s" in err
     assert time.monotonic() - start < TIMEOUT + START_ALLOWANCE
-    assert main(["sol", str(p.path), "--timeout", "-1"]) == 1
-    assert "--timeout must be a positive number of seconds" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:  # a usage error (exit 2) before anything is counted
+        main(["sol", str(p.path), "--timeout", "-1"])
+    assert usage.value.code == 2
+    assert "--timeout: expected a number of seconds > 0, got -1" in capsys.readouterr().err

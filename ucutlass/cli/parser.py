@@ -16,7 +16,7 @@ from .tune import cmd_init, cmd_tune
 def _timeout_arg(p: argparse.ArgumentParser) -> None:
     from ..sol import DEFAULT_TIMEOUT_S
 
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+    p.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help="T_SOL: the problem's reference is counted in a child process; loading it, and counting "
                         "each workload, must each finish within SECONDS or it is killed "
                         f"(default {DEFAULT_TIMEOUT_S:g})")
@@ -25,6 +25,54 @@ def _timeout_arg(p: argparse.ArgumentParser) -> None:
 def _problems_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problems", action="append", default=[], metavar="DIR",
                    help="extra folder of problems (repeatable; also $UCUTLASS_PROBLEMS)")
+
+
+def count(minimum: int = 1):
+    """An argparse type: an integer of at least ``minimum`` (a count of trials, jobs, workloads, …); anything else is
+    a usage error naming the argument, not a value the command quietly clamps or ignores."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+    parse.__name__ = "count"  # argparse names the type in its "invalid ... value" message
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite duration of more than 0 seconds (a time limit or a deadline)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+    return value
+
+
+def share(text: str) -> float:
+    """An argparse type: a finite number of at least 0 (a tolerance such as ε in (1+ε)·T_SOL)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not (0 <= value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
+def finite(text: str) -> float:
+    """An argparse type: a finite number (not nan or inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
+    return value
 
 
 def _off_or(kind):
@@ -55,8 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pick", action="append", default=[], metavar="KEY=VALUE", help="resolve a {…} choice")
     p.add_argument("--all", action="store_true", help="build every legal combination of the choices")
     p.add_argument("--kernel", help="only this kernel of the file")
-    p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: cores)")
-    p.add_argument("--timeout", type=float, default=900.0, help="nvcc time limit per kernel, seconds")
+    p.add_argument("--jobs", type=count(), default=None, help="parallel nvcc processes (default: cores)")
+    p.add_argument("--timeout", type=seconds, default=900.0, help="nvcc time limit per kernel, seconds")
     p.add_argument("--json", action="store_true", help="print one feedback document (ucutlass/agents/feedback-v1.json)")
     p.set_defaults(func=cmd_compile)
 
@@ -74,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("problem")
     p.add_argument("--json", action="store_true")
     p.add_argument("-o", "--output", help="write the JSON records here")
-    p.add_argument("--workloads", type=int, help="grade only the first N workloads")
+    p.add_argument("--workloads", type=count(), help="grade only the first N workloads")
     p.add_argument("--workload", action="append", default=[], metavar="WHICH",
                    help="grade this workload: its index (from 0, as `ucutlass problems` lists them), its uuid (or a "
                         "unique prefix), or `smallest` (fewest input elements); repeatable")
@@ -88,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "per input set) are made; for a workload whose inputs fill most of the memory, or an "
                         "emulated grade, whose times are torch's anyway")
     p.add_argument("--gpu", default="local", help="hardware spec for T_SOL (default: this GPU)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS",
                    help="deadline of each request: loading the solution, one call, and each run of the problem's "
                         "own code (past it: TIMEOUT for a candidate, a broken problem for the reference)")
     _problems_arg(p)
@@ -98,8 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("problem")
     p.add_argument("--spec", help=".ucut program (default: the problem's kernel.ucut)")
     p.add_argument("--kernel", help="the kernel to tune when the spec has several")
-    p.add_argument("--trials", type=int, help="trial budget (default: decided by the SOL headroom)")
-    p.add_argument("--workers", type=int, metavar="N", help="worker processes, each pinned to one GPU "
+    p.add_argument("--trials", type=count(), help="trial budget (default: decided by the SOL headroom)")
+    p.add_argument("--workers", type=count(), metavar="N", help="worker processes, each pinned to one GPU "
                    "(CUDA_VISIBLE_DEVICES, round-robin), all on one Optuna study (default: one per visible GPU)")
     p.add_argument("--storage", metavar="URL", help="Optuna storage: sqlite:///FILE.db, journal:///FILE.log (or a "
                    "path ending in .log), or a database server shared by several hosts, e.g. "
@@ -107,18 +155,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "study.db (one worker) or study.log (several) in the output folder; resumable")
     p.add_argument("--study", help="study name in the storage")
     p.add_argument("--out", help="output folder (default: ./ucutlass-tune/PROBLEM)")
-    p.add_argument("--jobs", type=int, help="parallel nvcc processes in all, shared among the workers "
+    p.add_argument("--jobs", type=count(), help="parallel nvcc processes in all, shared among the workers "
                    "(default: cores)")
-    p.add_argument("--batch", type=int, default=16, help="trials compiled together per round (per worker; "
+    p.add_argument("--batch", type=count(), default=16, help="trials compiled together per round (per worker; "
                    "a worker asks at most its share of what is left)")
-    p.add_argument("--max-workloads", type=int, default=6, help="workloads measured per trial")
-    p.add_argument("--epsilon", type=float, default=0.25, help="stop within (1+ε)·T_SOL")
-    p.add_argument("--patience", type=int, default=12, help="stop after this many trials without gain")
+    p.add_argument("--max-workloads", type=count(), default=6, help="workloads measured per trial")
+    p.add_argument("--epsilon", type=finite, default=0.25, help="stop within (1+ε)·T_SOL (a negative ε: "
+                   "never; campaigns pass -1 for a rule that is off)")
+    p.add_argument("--patience", type=count(), default=12, help="stop after this many trials without gain")
     p.add_argument("--sampler", default="auto", choices=["auto", "tpe", "random", "brute"])
-    p.add_argument("--dispatch", type=int, default=3, metavar="N",
+    p.add_argument("--dispatch", type=count(), default=3, metavar="N",
                    help="at most N kernels in best.ucut, one per range of M, when they beat the single best by "
                         "5%% or more on the geomean (a GEMM; default 3; 1: one kernel)")
-    p.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop searching after this long "
+    p.add_argument("--time-limit", type=seconds, metavar="SECONDS", help="stop searching after this long "
                    "(the best found is still verified on every workload)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpu", default="local", help="hardware spec for T_SOL (default: this GPU)")
@@ -141,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prompt", help="a task prompt for an LLM agent: the card's sections for the problem, the "
                        "problem, T_SOL, a starting program, the feedback format (its token count on stderr)")
     p.add_argument("problem")
-    p.add_argument("--max-tokens", type=int, metavar="N", help="drop the least useful parts until the prompt fits "
+    p.add_argument("--max-tokens", type=count(), metavar="N", help="drop the least useful parts until the prompt fits "
                    "(the reference's code, then card sections, the best so far, the starting program)")
     p.add_argument("--gpu", default="h200", help="hardware spec for T_SOL (default: h200)")
     p.add_argument("--study", metavar="DIR", help="a tune's output folder: its best program and measured baseline "
@@ -153,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("mcp", help="an MCP server over stdio (tools: problem, sol, prompt, card, check, compile, "
                        "grade, tune, best; the card also as a resource) for LLM agents")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=seconds, default=600.0, metavar="SECONDS",
                    help="limit of one tool call (its command is killed past it; default 600)")
     _problems_arg(p)
     p.set_defaults(func=cmd_mcp)
@@ -161,25 +210,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("campaign", help="spend a budget of tuner trials or agent attempts over several problems by "
                        "SOL headroom, with stop rules; resumable; one table (or --replay recorded tunes offline)")
     p.add_argument("problems_ids", nargs="*", metavar="PROBLEM")
-    p.add_argument("--budget", type=int, help="attempts in all (tuner trials or programs graded); with --replay "
+    p.add_argument("--budget", type=count(), help="attempts in all (tuner trials or programs graded); with --replay "
                    "default: every recorded trial")
     p.add_argument("--policy", default="tuner", choices=["tuner", "scripted"],
                    help="what makes attempts: the Optuna tuner (GPU) or the scripted agent (DiagnosticFixer)")
-    p.add_argument("--epsilon", type=_off_or(float), default=0.25, metavar="E|off",
+    p.add_argument("--epsilon", type=_off_or(share), default=0.25, metavar="E|off",
                    help="stop a problem within (1+E)·T_SOL once it beats the baseline (default 0.25)")
-    p.add_argument("--window", type=_off_or(int), default=12, metavar="W|off",
+    p.add_argument("--window", type=_off_or(count()), default=12, metavar="W|off",
                    help="stop a problem after W attempts without a 1%% gain (default 12)")
     p.add_argument("--spread", default="headroom", choices=["headroom", "even"],
                    help="split the budget by SOL headroom, or evenly without the ε and w rules (the baseline)")
-    p.add_argument("--probe", type=int, default=2, help="attempts first given to a problem of unknown headroom")
+    p.add_argument("--probe", type=count(), default=2, help="attempts first given to a problem of unknown headroom")
     p.add_argument("--out", default="ucutlass-campaign", help="state, table.txt, results.json and the tuner's "
                    "studies (default ./ucutlass-campaign); rerun the same command to resume")
     p.add_argument("--replay", nargs="+", metavar="RECORDS", help="replay campaigns on recorded tunes (a tune's "
                    "folder, or a campaign's --out): the even spread and each --rule, no GPU")
     p.add_argument("--rule", action="append", metavar="EPS:W", help="a stop rule to replay (repeatable)")
     p.add_argument("--emulate", action="store_true", help="agent policies: grade as torch ops (CPU; no T_SOL)")
-    p.add_argument("--workloads", type=int, help="agent policies: grade only the first N workloads")
-    p.add_argument("--max-workloads", type=int, default=6, help="tuner: workloads measured per trial")
+    p.add_argument("--workloads", type=count(), help="agent policies: grade only the first N workloads")
+    p.add_argument("--max-workloads", type=count(), default=6, help="tuner: workloads measured per trial")
     p.add_argument("--tune-arg", action="append", default=[], metavar="ARG",
                    help="tuner: passed to each `ucutlass tune` (repeatable; e.g. --tune-arg=--dispatch=1)")
     p.add_argument("--gpu", default="local", help="hardware spec for T_SOL (default: this GPU)")
@@ -199,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scale an int global of the file; several factors make several workloads (repeatable)")
     p.add_argument("--dtype", choices=["bf16", "bfloat16", "fp16", "float16"],
                    help="make the float32 tensors this dtype")
-    p.add_argument("--timeout", type=float, default=120.0, help="the probe's time limit, seconds (default 120)")
+    p.add_argument("--timeout", type=seconds, default=120.0, help="the probe's time limit, seconds (default 120)")
     p.set_defaults(func=cmd_import_kernelbench)
 
     p = sub.add_parser("calibrate", help="measure this GPU's copy bandwidth and matmul rates for T_SOL")
