@@ -33,7 +33,7 @@ STAGES = [
     ("ucutlass.search",),
     ("ucutlass.agents",),  # for LLM agents: feedback documents, prompts, the MCP server (which runs the CLI)
     ("ucutlass.importers",),  # other benchmarks' files → problem folders (issue 17: KernelBench)
-    ("ucutlass.cli",),
+    ("ucutlass.cli", "ucutlass.__main__"),  # `python -m ucutlass` is the command line
 ]
 #: Modules whose length is theirs to explain (out of issue 15's scope: the grader and the tuner).
 LENGTH_EXEMPT = ("ucutlass.grader", "ucutlass.search")

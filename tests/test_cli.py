@@ -354,3 +354,17 @@ def test_off_still_turns_a_campaign_rule_off():
 
     args = build_parser().parse_args(["campaign", "P", "--budget", "4", "--window", "off", "--epsilon", "off"])
     assert args.window is None and args.epsilon is None
+
+
+def test_python_m_ucutlass_is_the_command_line():
+    """``python -m ucutlass`` runs the same command line as the ``ucutlass`` script (a new user tried it and got
+    "No module named ucutlass.__main__")."""
+    import subprocess
+    import sys
+
+    from ucutlass import __version__
+
+    for module in ("ucutlass", "ucutlass.cli"):
+        run = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == f"ucutlass {__version__}"
