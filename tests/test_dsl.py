@@ -291,6 +291,20 @@ def test_syntax_error_missing_closing_brace():
     assert d.format().startswith("t.ucut:18:4: error: the file ends before a block is closed")
 
 
+def test_syntax_error_names_a_choice_left_open():
+    """``cluster = {1x1x1, 2x1x1`` with no ``}``: the error names where the choice was opened (a new user got
+    "expected ',' or '}', found name 'schedule' (valid: ,, })" at the next line)."""
+    with pytest.raises(UcutSyntaxError) as info:
+        lang.parse(gemm("tile = {128x128x64, 128x256x64}   cluster = {1x1x1, 2x1x1\n  schedule = pingpong"), "t.ucut")
+    (d,) = info.value.diagnostics
+    assert d.valid == ("}",) and (d.pos.line, d.pos.column) == (4, 3)
+    assert d.message == ("the choice {…} opened at 3:47 is not closed: expected ',' or '}', found name 'schedule'")
+    with pytest.raises(UcutSyntaxError) as info:  # on one line: a missing ',' as likely as a missing '}'
+        lang.parse(gemm("tile = {128x128x64 128x256x64}"), "t.ucut")
+    (d,) = info.value.diagnostics
+    assert d.valid == (",", "}") and d.format().endswith("(valid: ',', })")
+
+
 def test_syntax_error_bad_character_has_position_and_context():
     with pytest.raises(UcutSyntaxError) as info:
         lang.parse(gemm("tile = 128x128x64 @"), "t.ucut")

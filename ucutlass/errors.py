@@ -88,7 +88,7 @@ class Diagnostic:
         source line follows with a caret under the column (:func:`excerpt`)."""
         text = f"{self.pos}: {self.severity}: {self.message}"
         if self.valid:
-            text += f" (valid: {', '.join(self.valid)})"
+            text += f" (valid: {', '.join(repr(v) if v == ',' else v for v in self.valid)})"  # ',' in a ', ' list
         shown = excerpt(source, self.pos) if source else ""
         return f"{text}\n{shown.rstrip(chr(10))}" if shown else text
 

@@ -268,6 +268,16 @@ _WHEN_FORM = ("a dispatch condition is when MODE <= NUMBER, MODE one of M, N, K 
               "(kernel decode : gemm when M <= 64 { … })")
 
 
+def _open_choice(stack: list) -> Token | None:
+    """The ``{`` of a choice still open at the top of Lark's value stack (``name = {a, b`` so far), else None."""
+    for item in reversed(stack[-64:]):
+        if isinstance(item, Token) and item.type == "LBRACE":
+            return item
+        if isinstance(item, Token) and item.type in ("EQUAL", "RBRACE", "COLON"):
+            return None  # back past the choice's start: not inside a choice's list
+    return None
+
+
 def _syntax_error(e: UnexpectedInput, text: str, file: str) -> UcutSyntaxError:
     """Turn Lark's exception into a Diagnostic that says, in words, what was expected."""
     if isinstance(e, UnexpectedCharacters):
@@ -294,6 +304,12 @@ def _syntax_error(e: UnexpectedInput, text: str, file: str) -> UcutSyntaxError:
 
     if at_end and "RBRACE" in expected:
         message = "the file ends before a block is closed: expected '}'"
+        valid = ("}",)
+    elif ("RBRACE" in expected and "COMMA" in expected and (opened := _open_choice(stack)) is not None
+          and tok.line > opened.line):
+        # cluster = {1x1x1, 2x1x1   (no '}'): name the '{' left open, not only the token that follows it
+        message = (f"the choice {{…}} opened at {opened.line}:{opened.column} is not closed: expected ',' or '}}', "
+                   f"found {_found(tok)}")
         valid = ("}",)
     elif tok.type == "KERNEL" and "RBRACE" in expected:
         message = "a new 'kernel' starts before the previous block is closed: expected '}'"
