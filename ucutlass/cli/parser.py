@@ -122,7 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("problem")
     p.add_argument("--json", action="store_true")
     p.add_argument("-o", "--output", help="write the JSON records here")
-    p.add_argument("--workloads", type=count(), help="grade only the first N workloads")
+    # an int checked by grade itself (not count()): with --json, its error must be a feedback document, and argparse's
+    # usage errors are not (tests/test_agents_feedback.py); likewise tune's --dispatch
+    p.add_argument("--workloads", type=int, help="grade only the first N workloads")
     p.add_argument("--workload", action="append", default=[], metavar="WHICH",
                    help="grade this workload: its index (from 0, as `ucutlass problems` lists them), its uuid (or a "
                         "unique prefix), or `smallest` (fewest input elements); repeatable")
@@ -164,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "never; campaigns pass -1 for a rule that is off)")
     p.add_argument("--patience", type=count(), default=12, help="stop after this many trials without gain")
     p.add_argument("--sampler", default="auto", choices=["auto", "tpe", "random", "brute"])
-    p.add_argument("--dispatch", type=count(), default=3, metavar="N",
+    p.add_argument("--dispatch", type=int, default=3, metavar="N",
                    help="at most N kernels in best.ucut, one per range of M, when they beat the single best by "
                         "5%% or more on the geomean (a GEMM; default 3; 1: one kernel)")
     p.add_argument("--time-limit", type=seconds, metavar="SECONDS", help="stop searching after this long "
