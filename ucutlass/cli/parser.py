@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from .. import __version__
 from .agents import cmd_campaign, cmd_mcp, cmd_prompt
@@ -42,37 +43,30 @@ def count(minimum: int = 1):
     return parse
 
 
-def seconds(text: str) -> float:
-    """An argparse type: a finite duration of more than 0 seconds (a time limit or a deadline)."""
+def _float(text: str, ok, wanted: str) -> float:
+    """``text`` as a float for which ``ok(value)`` holds, else an argparse usage error "expected WANTED, got TEXT"."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") from None
-    if not (0 < value < float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+        raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}") from None
+    if not ok(value):  # nan fails every comparison, so it is refused too
+        raise argparse.ArgumentTypeError(f"expected {wanted}, got {text}")
     return value
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite duration of more than 0 seconds (a time limit or a deadline)."""
+    return _float(text, lambda v: 0 < v < math.inf, "a number of seconds > 0")
 
 
 def share(text: str) -> float:
     """An argparse type: a finite number of at least 0 (a tolerance such as ε in (1+ε)·T_SOL)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not (0 <= value < float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
-    return value
+    return _float(text, lambda v: 0 <= v < math.inf, "a number >= 0")
 
 
 def finite(text: str) -> float:
     """An argparse type: a finite number (not nan or inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
-    return value
+    return _float(text, math.isfinite, "a finite number")
 
 
 def _off_or(kind):
