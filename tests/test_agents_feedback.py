@@ -217,3 +217,29 @@ def test_compile_document_of_builds(capsys, files, tmp_path, monkeypatch):
     rc, doc = run_json(capsys, "compile", files["good"])
     entry = validate(doc)["kernels"][0]
     assert rc == 1 and not doc["ok"] and entry["so_path"] is None and "static assertion" in entry["log"]
+
+
+@pytest.mark.parametrize("argv, command, message", [
+    (["tune", "--json", "P", "--trials", "0"], "tune", "argument --trials: expected an integer >= 1, got 0"),
+    (["tune", "P", "--json", "--time-limit", "-5"], "tune", "--time-limit: expected a number of seconds > 0"),
+    (["grade", "--json", "F"], "grade", "the following arguments are required: problem"),
+    (["compile", "F", "--json", "--jobs", "x"], "compile", "--jobs: expected an integer >= 1, got 'x'"),
+    (["check", "--json"], "check", "the following arguments are required: file"),
+])
+def test_usage_errors_under_json_are_documents(capsys, argv, command, message):
+    """With --json, a usage error is a feedback document on stdout as well as argparse's usage line on stderr
+    (an agent parsing stdout got nothing after `tune --json --trials 0`); the exit status stays 2."""
+    with pytest.raises(SystemExit) as usage:
+        main(argv)
+    out, err = capsys.readouterr()
+    doc = validate(json.loads(out))
+    assert usage.value.code == 2 and doc["ok"] is False and doc["command"] == command
+    assert doc["error"] == f"ucutlass {command}: " + err.strip().splitlines()[-1].split(": error: ", 1)[1]
+    assert message in doc["error"] and "usage:" in err
+
+
+def test_usage_errors_without_json_print_no_document(capsys):
+    with pytest.raises(SystemExit):
+        main(["tune", "P", "--trials", "0"])
+    out, err = capsys.readouterr()
+    assert out == "" and "--trials" in err

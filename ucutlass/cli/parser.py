@@ -76,14 +76,41 @@ def _off_or(kind):
     return parse
 
 
+class CommandParser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error of a command that speaks JSON (``feedback_command`` set: check, compile,
+    grade, tune) given ``--json`` is also a feedback document on stdout (an agent reads stdout as JSON; argparse
+    writes only a usage line to stderr). The usage line and exit status 2 stay argparse's. Subparsers are of this
+    class too (argparse makes them of the parent's type)."""
+
+    feedback_command: str | None = None
+    _argv: list[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):
+        import sys
+
+        self._argv = list(sys.argv[1:] if args is None else args)  # what error() looks at for --json
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str):
+        if self.feedback_command and "--json" in self._argv:
+            import json
+
+            from ..agents.feedback import error_document
+
+            doc = error_document(self.feedback_command, ValueError(f"{self.prog}: {message}"))
+            print(json.dumps(doc, indent=2))
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ucutlass`` argparse tree: one subcommand each, its ``func`` the command to run."""
-    ap = argparse.ArgumentParser(prog="ucutlass", description="The .ucut language for CUTLASS kernels: "
+    ap = CommandParser(prog="ucutlass", description="The .ucut language for CUTLASS kernels: "
                                  "check, compile, grade and tune against SOL-ExecBench-style problems.")
     ap.add_argument("--version", action="version", version=f"ucutlass {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("check", help="parse a .ucut file and check it against its target's rules (sm90, sm100)")
+    p.feedback_command = "check"
     p.add_argument("file")
     p.add_argument("--json", action="store_true", help="machine-readable diagnostics")
     p.add_argument("--problem", help="also bind to this problem and check alignment on its workloads")
@@ -91,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("compile", help="generate CUTLASS C++ and compile it with nvcc (cached)")
+    p.feedback_command = "compile"
     p.add_argument("file")
     p.add_argument("--emit-only", action="store_true", help="write the .cu files, do not run nvcc")
     p.add_argument("-o", "--output", metavar="DIR", help="copy .cu/.so here (default: print cache paths)")
@@ -112,12 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sol)
 
     p = sub.add_parser("grade", help="check and time a solution (.ucut, .py, FlashInfer-Bench .json)")
+    p.feedback_command = "grade"
     p.add_argument("file")
     p.add_argument("problem")
     p.add_argument("--json", action="store_true")
     p.add_argument("-o", "--output", help="write the JSON records here")
-    # an int checked by grade itself (not count()): with --json, its error must be a feedback document, and argparse's
-    # usage errors are not (tests/test_agents_feedback.py); likewise tune's --dispatch
+    # an int checked by grade itself (not count()): its message says what 0 would have meant; likewise tune's --dispatch
     p.add_argument("--workloads", type=int, help="grade only the first N workloads")
     p.add_argument("--workload", action="append", default=[], metavar="WHICH",
                    help="grade this workload: its index (from 0, as `ucutlass problems` lists them), its uuid (or a "
@@ -139,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("tune", help="search a program's choices with Optuna on the GPU")
+    p.feedback_command = "tune"
     p.add_argument("problem")
     p.add_argument("--spec", help=".ucut program (default: the problem's kernel.ucut)")
     p.add_argument("--kernel", help="the kernel to tune when the spec has several")
