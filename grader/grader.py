@@ -46,7 +46,7 @@ from .solutions import SolutionRef, build_cache_dir
 from .timed import ROTATE, WALL_MS, WALL_REPEATS, TimedCalls
 from .timing import MAX_REPS, MIN_REPS, REP_MS, WARMUP_MS, BenchParams, LatencyStats
 from .trials import CorrectnessTrials, ErrorTally, Failure, is_tensor
-from .worker import Reply, Worker
+from .worker_handle import Reply, Worker
 
 #: Default limit for one request to a worker (a load, one correctness call, one timing run's base).
 TIMEOUT_S = 60.0

@@ -1,6 +1,6 @@
 """The supervisor: the process between the grader and a worker, which owns the worker's process tree.
 
-Started by :class:`ucutlass.grader.worker.Worker` as ``python supervisor.py --ctl FD --chan FD --log PATH
+Started by :class:`ucutlass.grader.worker_handle.Worker` as ``python supervisor.py --ctl FD --chan FD --log PATH
 --cwd DIR -- WORKER ARGV…`` (by path: it needs only the standard library and :mod:`sandbox` beside it, so
 it starts in milliseconds and never imports torch). It
 

@@ -22,7 +22,7 @@ from .results import Performance, Status
 from .solutions import SolutionRef, reference_solution
 from .timing import BenchParams, LatencyStats, latency_stats, reps_for
 from .trials import ErrorTally, Failure, is_tensor, modified_inputs, raw_bits, tensor_nbytes
-from .worker import Worker
+from .worker_handle import Worker
 
 #: Input sets rotated among in timing, at most, and the memory they may take together.
 ROTATE = 4

@@ -20,7 +20,7 @@ from .errors import GraderError
 from .inputs import unlisted_workload
 from .results import Performance, Status
 from .solutions import SolutionRef
-from .worker import Worker
+from .worker_handle import Worker
 
 #: Correctness trials and the timing hand the candidate the grader's own inputs (checked by keyed checksums, no
 #: private copy) when the inputs take more than this share of the GPU's memory: L2_047's 24.6 GB of inputs, a copy

@@ -25,7 +25,7 @@ from adversarial_helpers import DATA, SOLUTIONS, problem, solution
 
 from ucutlass.grader import Grader, GraderError, Status, solution_from_file
 from ucutlass.grader.sandbox import descendants, landlock_abi
-from ucutlass.grader.worker import LOG_HEAD, LOG_TAIL
+from ucutlass.grader.worker_handle import LOG_HEAD, LOG_TAIL
 from ucutlass.problem import load_problem
 
 FAST = dict(warmup_ms=2.0, rep=5.0, timeout_s=120.0)
