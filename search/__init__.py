@@ -17,7 +17,8 @@ from ucutlass.errors import UcutError
 from .budget import StopRule, geomean, headroom, trial_budget
 from .space import SearchSpace
 from .planning import TunePlan, plan
-from .tuner import Candidate, Outcome, Setup, Tuner, TuneConfig, TuneResult, representative_workloads
+from .study import Candidate, Outcome, Setup, TuneConfig, TuneResult, representative_workloads
+from .tuner import Tuner
 
 __all__ = ["tune", "plan", "TunePlan", "NoGpuError", "SearchSpace", "Tuner", "TuneConfig", "TuneResult",
            "Setup", "Candidate", "Outcome", "StopRule", "trial_budget", "headroom", "geomean",

@@ -36,7 +36,8 @@ import optuna
 from ucutlass.problem import Problem
 
 from .storage import fail_dead_workers, worker_id
-from .tuner import Tuner, TuneConfig, TuneResult, is_interrupted, is_measured
+from .study import TuneConfig, TuneResult, is_interrupted, is_measured
+from .tuner import Tuner
 
 #: A worker: called as ``worker(index, count)`` in its own process, runs :meth:`Tuner.work` to the end.
 #: It must be picklable (a module-level function, a ``functools.partial`` of one, or a dataclass such as

@@ -10,7 +10,7 @@ from ucutlass.ir import Program
 from ucutlass.problem import Workload
 from ucutlass.solution import dispatch_solution, solution_for
 
-from .tuner import Candidate, Outcome
+from .study import Candidate, Outcome
 
 
 class NvccBuilder:

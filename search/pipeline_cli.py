@@ -16,7 +16,7 @@ from ucutlass.errors import UcutError
 
 from .pipeline_plan import plan_pipeline
 from .pipeline_tune import PipelineGraderMeasurer, PipelineTuner, PipelineTuneResult
-from .tuner import TuneConfig
+from .study import TuneConfig
 
 
 def _printer(event: dict) -> None:

@@ -43,7 +43,8 @@ from .budget import geomean, headroom, trial_budget
 from .pipeline_plan import PipelinePlan
 from .space import params_key
 from .storage import fail_dead_workers, open_storage, readable, worker_id
-from .tuner import MAX_FREE_ASKS, Outcome, TuneConfig, is_duplicate, is_measured, make_sampler, objective
+from .study import Outcome, TuneConfig, is_duplicate, is_measured, make_sampler, objective
+from .tuner import MAX_FREE_ASKS
 
 
 class PipelineMeasurer(Protocol):
@@ -108,7 +109,7 @@ class PipelineTuner:
         plan: the :class:`search.pipeline_plan.PipelinePlan`.
         measure: builds and grades a concrete program on workloads (:class:`PipelineMeasurer`).
         t_sol_ms: T_SOL of a workload in ms (None when unknown): the budget's headroom.
-        config: :class:`search.tuner.TuneConfig` (``trials`` is per kernel; ``dispatch`` is not used).
+        config: :class:`search.study.TuneConfig` (``trials`` is per kernel; ``dispatch`` is not used).
         storage: an Optuna storage URL or object; None: one in-memory storage for all the studies.
         study_prefix: the studies are ``<study_prefix>/<kernel>`` (default: the problem's id).
         progress: called with a dict per event (``start``, ``trial``, ``pruned``, ``verify``, ``verify-failed``).

@@ -11,7 +11,7 @@ from ucutlass.ir import Choice
 from ucutlass.sol.report import format_time
 
 from .space import SearchSpace
-from .tuner import representative_workloads
+from .study import representative_workloads
 
 
 @dataclass

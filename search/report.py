@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .budget import geomean
-from .tuner import TuneResult
+from .study import TuneResult
 
 
 def sol_score(t_k: float | None, t_b: float | None, t_sol: float | None) -> float | None:

@@ -16,7 +16,7 @@ from ucutlass.build import BuildResult
 from ucutlass.lang import parse
 from ucutlass.problem import find_problem
 from ucutlass.search import TuneConfig, Tuner, plan
-from ucutlass.search.tuner import Outcome
+from ucutlass.search.study import Outcome
 
 SPEC = """
 kernel qkv_proj : gemm {

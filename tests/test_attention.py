@@ -349,7 +349,7 @@ def test_tuner_picks_the_fastest_attention_config(sampler):
     measures each kernel once however many spellings of it the sampler proposes."""
     from ucutlass.build import BuildResult
     from ucutlass.search import TuneConfig, Tuner, plan
-    from ucutlass.search.tuner import Outcome
+    from ucutlass.search.study import Outcome
 
     p = plan(_problem(), lang.parse_file(ROOT / "problems" / PROBLEM / "kernel.ucut"), source_file="kernel.ucut",
              max_workloads=2)

@@ -21,7 +21,7 @@ from ucutlass.problem import find_problem
 from ucutlass.search.pipeline_plan import plan_pipeline
 from ucutlass.search.pipeline_report import format_steps, step_report, write_pipeline_outputs
 from ucutlass.search.pipeline_tune import PipelineTuner
-from ucutlass.search.tuner import Outcome, TuneConfig
+from ucutlass.search.study import Outcome, TuneConfig
 
 EX = REPO / "examples"
 GATE_UP = (EX / "pipeline_gate_up_gelu.ucut", "L1_048_fused_gate_up_projection_with_swiglu")

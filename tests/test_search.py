@@ -13,7 +13,7 @@ from search_fakes import FakeBuild, FakeMeasure, make_plan, make_tuner  # tests/
 from ucutlass.lang import parse
 from ucutlass.search import StopRule, TuneConfig, trial_budget
 from ucutlass.search.report import format_table, write_outputs
-from ucutlass.search.tuner import representative_workloads
+from ucutlass.search.study import representative_workloads
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
