@@ -91,6 +91,8 @@ def _progress_printer(total_hint: int | None):
         elif kind == "interrupted":
             write(f"trial {ev['number']} interrupted: worker {ev.get('worker')} stopped; its configuration "
                   "was queued again")
+        elif kind == "cut":
+            write(f"{ev['reason']}: {ev['unmeasured']} built trial(s) of the batch left unmeasured")
         elif kind == "lost":
             write(f"trial {ev['number']} was failed by another process meanwhile: {ev['reason'][:160]}")
         elif kind == "verify":

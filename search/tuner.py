@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import math
 import random
 import time
 import warnings
@@ -440,13 +441,28 @@ class Tuner:
                    builds: Sequence[BuildResult] | None = None) -> None:
         if builds is None:
             builds = self.build([c for _, c in batch])
-        for (trial, cand), built in zip(batch, builds):
+        for i, ((trial, cand), built) in enumerate(zip(batch, builds)):
+            if self._out_of_time() and math.isfinite(stop.best):
+                # --time-limit holds within a batch too (a batch of 16 took 224 s past a 300 s limit on an H100,
+                # and the call's end then cut the verification): the rest is told UNMEASURED, as a batch built
+                # ahead is. Not before something passed, so a tune that was given time always has a best.
+                for late, _ in batch[i:]:
+                    self._tell_pruned(study, late, hb, "the time limit was reached before it was measured",
+                                      status="UNMEASURED")
+                self.progress({"event": "cut", "unmeasured": len(batch) - i,
+                               "reason": f"time limit of {self.config.time_limit_s:g} s reached"})
+                return
             cand.build = built
             try:
                 self._run_one(study, trial, cand, built, workloads, hb, stop)
             except optuna.exceptions.UpdateFinishedTrialError as e:  # failed meanwhile as stale
                 hb.release(trial.number)
                 self.progress({"event": "lost", "number": trial.number, "reason": str(e)})
+
+    def _out_of_time(self) -> bool:
+        """True once the run's ``--time-limit`` (counted from :meth:`prepare` or :meth:`attach`) has passed."""
+        limit = self.config.time_limit_s
+        return limit is not None and self._start is not None and time.monotonic() - self._start >= limit
 
     def _run_one(self, study, trial, cand: Candidate, built: BuildResult, workloads, hb, stop: StopRule) -> None:
         trial.set_user_attr("build_seconds", round(built.seconds, 1))

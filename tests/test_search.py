@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import optuna
 import pytest
@@ -140,6 +141,23 @@ def test_stop_rule_patience():
 def test_stop_rule_time_limit():
     rule = StopRule(budget=100, time_limit_s=0.0)
     assert rule.should_stop() and "time limit" in rule.reason
+
+
+def test_time_limit_cuts_a_batch_between_trials(tune_plan):
+    """--time-limit holds inside a batch: once it has passed (and something passed), the batch's other trials are
+    told UNMEASURED instead of measured (an H100 tune with a 300 s limit measured a 16-trial batch to 514 s)."""
+    measure = FakeMeasure(delay_s=0.3)
+    cfg = TuneConfig(batch=12, seed=0, trials=40, epsilon=0.0, patience=100, sampler="brute", time_limit_s=0.5)
+    t0 = time.monotonic()
+    result = make_tuner(tune_plan, FakeBuild(), measure, config=cfg).run()
+    search = result.search_seconds
+    states = [(t["state"], t.get("status")) for t in result.trials]
+    measured = sum(1 for state, _ in states if state in ("COMPLETE", "FAIL"))
+    unmeasured = sum(1 for _, status in states if status == "UNMEASURED")
+    assert result.best is not None and 1 <= measured < 12 and unmeasured == 12 - measured  # one batch of 12
+    assert "time limit" in result.stop_reason
+    assert search < 12 * 0.3 - 1.0, search  # the limit and one trial past it, not the whole batch
+    assert time.monotonic() - t0 < 12 * 0.3 + 10
 
 
 def test_report_files(tune_plan, tmp_path):
