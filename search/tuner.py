@@ -261,6 +261,10 @@ class Tuner:
         study.set_user_attr("kernel", self.space.kernel_name)
         study.set_user_attr("space", self._choices())
         study.set_user_attr("tuned_workloads", [w.uuid for w in workloads])
+        # The tuned workloads' reference (torch) and T_SOL times, ms: with each trial's ``latency_ms`` they give its
+        # speedups from the storage alone, e.g. of a run cut before its verification wrote results.json.
+        study.set_user_attr("reference_ms", {w.uuid: r for w, r in zip(workloads, refs)})
+        study.set_user_attr("t_sol_ms", {w.uuid: t for w, t in zip(workloads, sols)})
         study.set_user_attr("setup", dataclasses.asdict(self.setup))
         study.set_user_attr("stop_reason", "")
         self.progress({"event": "start", "budget": budget, "legal": len(legal), "space": self.space.size,

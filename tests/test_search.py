@@ -160,6 +160,20 @@ def test_time_limit_cuts_a_batch_between_trials(tune_plan):
     assert time.monotonic() - t0 < 12 * 0.3 + 10
 
 
+def test_the_study_keeps_the_reference_times(tune_plan):
+    """The tuned workloads' reference and T_SOL times are in the study, so a run cut before its verification still
+    gives each trial's speedups from the storage alone."""
+    tuner = make_tuner(tune_plan, FakeBuild(), FakeMeasure(), config=TuneConfig(batch=4, seed=1, trials=4,
+                                                                                sampler="brute"))
+    tuner.run()
+    attrs = tuner.study.user_attrs
+    assert set(attrs["reference_ms"]) == set(attrs["tuned_workloads"]) == set(attrs["t_sol_ms"])
+    for t in tuner.study.get_trials(deepcopy=False):
+        if t.state.name == "COMPLETE":
+            ratios = [attrs["reference_ms"][u] / ms for u, ms in t.user_attrs["latency_ms"].items()]
+            assert math.prod(ratios) ** (1 / len(ratios)) == pytest.approx(t.user_attrs["speedup_geomean"])
+
+
 def test_report_files(tune_plan, tmp_path):
     result = make_tuner(tune_plan, FakeBuild(), FakeMeasure(),
                         config=TuneConfig(batch=4, seed=1, trials=12, sampler="brute")).run()
