@@ -51,21 +51,25 @@ def time_steps(fn: Callable[..., None], args: Sequence[Any], *, reps: int = 10, 
         # longer than the GPU work queued before it leaves the GPU idle between its marks, and that idle time was
         # counted as the step's (on an H100, L1_030's one GEMM: 0.12 ms as a step, 0.026 ms graded). A GPU spin
         # longer than one call's host path before each call lets the host run ahead, so the marks see GPU time.
-        torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn(*args)
-        host_ms = (time.perf_counter() - t0) * 1e3
-        torch.cuda.synchronize(device)
-        cycles = step_spin_cycles(host_ms)
-        starts = [[torch.cuda.Event(enable_timing=True) for _ in range(steps)] for _ in range(reps)]
-        ends = [[torch.cuda.Event(enable_timing=True) for _ in range(steps)] for _ in range(reps)]
-        rep = [0]
+        # The host path is measured as the timed calls run it: with the hook set, which runs the pipeline eagerly.
+        # Measured without it, a pipeline replayed as a CUDA graph (ucutlass/runtime/graphs.py) took a few µs, the
+        # spin stayed at its floor, and at small workloads every step read as host time (an H100, L1_064 at
+        # batch 2 × 293: the steps summed to 0.787 ms, the graded pipeline took 0.153 ms).
+        starts = [[torch.cuda.Event(enable_timing=True) for _ in range(steps)] for _ in range(reps + 1)]
+        ends = [[torch.cuda.Event(enable_timing=True) for _ in range(steps)] for _ in range(reps + 1)]
+        rep = [reps]  # the last set: the host-time call's marks, not counted
 
         def on_step(i: int, phase: str) -> None:
             (starts if phase == "start" else ends)[rep[0]][i].record()
 
         fn.on_step = on_step
         try:
+            torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            fn(*args)
+            host_ms = (time.perf_counter() - t0) * 1e3
+            torch.cuda.synchronize(device)
+            cycles = step_spin_cycles(host_ms)
             for r in range(reps):
                 rep[0] = r
                 torch.cuda._sleep(cycles)
