@@ -24,6 +24,7 @@ from .convs import conv_step
 from .steps import (TORCH_CONSTANTS, UCUT_DTYPES, KernelSpec, Partition, Step, dtype_name, node_val, ref_line,
                     ref_note)
 from .routing_steps import routing_step
+from .step_passes import live, name_outputs, shared_views
 from .symbols import symbolize
 
 __all__ = ["KernelSpec", "Partition", "Step", "Translator", "symbolize", "TORCH_CONSTANTS", "UCUT_DTYPES"]
@@ -54,33 +55,6 @@ NUMBER = re.compile(r"-?(torch\.inf|torch\.nan|[0-9.]+(e[+-]?[0-9]+)?)|True|Fals
 #: Words a step may not be named (keywords, roots of dotted names).
 RESERVED = {"kernel", "when", "epilogue", "pipeline", "return", "row", "col", "auto", "acc", "c", "torch", "F",
             "True", "False", "None"}
-
-
-def _name_outputs(steps: list[Step], returns: list[str], outputs: list[str], taken: set[str]) -> list[str]:
-    """``returns`` with each step result that the pipeline returns renamed to the problem's output name
-    (``to_copy_1281`` → ``output``), in the steps that make and read it, where that name is free."""
-    used = taken | {t for s in steps for t in s.target.split(", ")}
-    out = list(returns)
-    for i, (name, want) in enumerate(zip(returns, outputs)):
-        if name == want or want in used or name in out[:i] or not any(name in s.target.split(", ") for s in steps):
-            continue
-        word = re.compile(rf"(?<![.\w]){re.escape(name)}\b")  # not torch.index_add for index_add
-        for s in steps:
-            s.target, s.expr = word.sub(want, s.target), word.sub(want, s.expr)
-        out[i] = want
-        used.add(want)
-    return out
-
-
-def _live(steps: list[Step], returns: list[str]) -> list[Step]:
-    """The steps whose result is used by a later step or returned (a ``.t()`` bound as a kernel's b is not)."""
-    used = set(returns)
-    out = []
-    for step in reversed(steps):
-        if used & set(step.target.split(", ")):
-            out.append(step)
-            used |= set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", step.expr))
-    return list(reversed(out))
 
 
 def _without_no_ops(nodes: list, other: list) -> bool:
@@ -223,8 +197,8 @@ class Translator:
                 self.node(node)
             else:
                 raise InitError(f"{self.problem.id}: the graph has a {node.op} node ({node.target})")
-        steps = _live(self.steps, returns)
-        returns = _name_outputs(steps, returns, list(self.problem.outputs),
+        steps = shared_views(live(self.steps, returns), returns)
+        returns = name_outputs(steps, returns, list(self.problem.outputs),
                                 set(self.problem.inputs) | set(self.problem.axes) | RESERVED)
         return Partition(steps, self.kernels, returns, self.kernel_flops, self.total_flops)
 
